@@ -1,0 +1,1 @@
+"""Detached named actors."""

@@ -1,0 +1,159 @@
+"""Typed configuration: *what* the algorithm does, apart from *where* it runs.
+
+Named recipes (spotlight/recipes.py) are functions returning a :class:`Config`. Every field has a
+docstring; counts start with ``num_``, units are spelled in names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Flow-GRPO SDE sampler settings (a trajectory carries these, so a resume cannot drift)."""
+
+    num_steps: int = 10
+    """Denoising steps per image."""
+    eta: float = 0.7
+    """SDE noise level: sigma_t = eta * sqrt(t / (1 - t))."""
+    shift: float = 1.0
+    """SD3 time shift of the grid (1 = uniform in t)."""
+    guidance_scale: float = 1.0
+    """Classifier-free guidance weight; 1.0 disables CFG (one forward pass per step)."""
+    batch_size: int = 8
+    """Rows per model forward. The model always runs on exactly this many rows (a short batch is
+    padded), so a sample's bits do not depend on what else shares its batch: matrix kernels pick
+    their reduction order by shape. Part of the reproducibility contract, like dtype."""
+
+    def validate(self) -> None:
+        if self.num_steps < 2:
+            raise ValueError(f"sampler.num_steps must be >= 2, got {self.num_steps}")
+        if self.eta <= 0:
+            raise ValueError(f"sampler.eta must be > 0 (the log-probs need noise), got {self.eta}")
+        if self.shift <= 0:
+            raise ValueError(f"sampler.shift must be > 0, got {self.shift}")
+        if self.batch_size < 1:
+            raise ValueError(f"sampler.batch_size must be >= 1, got {self.batch_size}")
+        if self.guidance_scale < 1.0:
+            raise ValueError(f"sampler.guidance_scale must be >= 1, got {self.guidance_scale}")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """GRPO update settings."""
+
+    group_size: int = 8
+    """Images per prompt (G); advantages are normalized within each group."""
+    clip_range: float = 0.2
+    """PPO clip: the ratio is clipped to [1 - clip_range, 1 + clip_range]."""
+    kl_beta: float = 0.0
+    """Weight of the KL penalty to the frozen reference policy (0 = no reference forward)."""
+    learning_rate: float = 3e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (<= 0 disables)."""
+    timestep_fraction: float = 0.5
+    """Fraction of the denoising steps trained on (a random subset per iteration)."""
+    num_inner_epochs: int = 1
+    """Passes over the rollout per iteration (ratios move away from 1 after the first)."""
+    train_batch_size: int = 16
+    """Samples per forward/backward chunk (gradients accumulate over chunks)."""
+    adv_eps: float = 1e-4
+    """Added to the group std before dividing."""
+    adv_clip: float = 5.0
+    """Advantages are clipped to [-adv_clip, adv_clip]."""
+
+    def validate(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(
+                f"grpo.group_size must be >= 2 (advantages need a group), got {self.group_size}"
+            )
+        if not 0.0 < self.timestep_fraction <= 1.0:
+            raise ValueError(
+                f"grpo.timestep_fraction must be in (0, 1], got {self.timestep_fraction}"
+            )
+        if self.clip_range <= 0:
+            raise ValueError(f"grpo.clip_range must be > 0, got {self.clip_range}")
+        if self.kl_beta < 0:
+            raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.num_inner_epochs < 1 or self.train_batch_size < 1:
+            raise ValueError("grpo.num_inner_epochs and grpo.train_batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Which model to train."""
+
+    name: str = "tiny"
+    """Policy family: 'tiny' or 'qwen-image'."""
+    init_seed: int = 0
+    """Seed of the random initialisation (tiny) when no checkpoint is given."""
+    checkpoint: str | None = None
+    """Safetensors checkpoint to start from (tiny) or a diffusers model folder (qwen-image)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Family-specific options (e.g. TinyConfig fields, LoRA rank)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Root config of a training run."""
+
+    recipe: str = "tiny-brightness"
+    """Name of the recipe that produced this config (checked on --resume)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The model."""
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    """The SDE sampler."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """The GRPO update."""
+    reward: str = "brightness"
+    """Reward name (see spotlight.rewards.REWARDS)."""
+    num_iterations: int = 20
+    """Training iterations."""
+    num_prompts_per_iteration: int = 4
+    """Prompts per iteration (B); each gets group_size images."""
+    seed: int = 0
+    """Master seed: prompt order, sampling seeds and timestep subsets derive from it."""
+    num_train_prompts: int = 256
+    """Size of the training prompt pool."""
+    num_val_prompts: int = 8
+    """Validation prompts (disjoint from training), scored with fixed seeds."""
+    num_val_seeds: int = 2
+    """Seeds per validation prompt."""
+    val_every: int = 5
+    """Evaluate every this many iterations (and before the first and after the last)."""
+
+    def validate(self) -> None:
+        self.sampler.validate()
+        self.grpo.validate()
+        if self.num_iterations < 0:
+            raise ValueError(f"num_iterations must be >= 0, got {self.num_iterations}")
+        if self.num_val_prompts < 1 or self.num_val_seeds < 1 or self.val_every < 1:
+            raise ValueError("num_val_prompts, num_val_seeds and val_every must be >= 1")
+        if self.num_prompts_per_iteration > self.num_train_prompts:
+            raise ValueError(
+                f"num_prompts_per_iteration ({self.num_prompts_per_iteration}) "
+                f"exceeds num_train_prompts ({self.num_train_prompts})"
+            )
+        if self.num_prompts_per_iteration < 1:
+            raise ValueError(
+                f"num_prompts_per_iteration must be >= 1, got {self.num_prompts_per_iteration}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Config:
+        return Config(
+            recipe=d["recipe"],
+            policy=PolicyConfig(**d["policy"]),
+            sampler=SamplerConfig(**d["sampler"]),
+            grpo=GRPOConfig(**d["grpo"]),
+            **{k: v for k, v in d.items() if k not in ("recipe", "policy", "sampler", "grpo")},
+        )

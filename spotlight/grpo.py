@@ -1,0 +1,101 @@
+"""GRPO math for flow models: group advantages, the clipped objective, the KL to a reference.
+
+Pure torch and no model: the single-process loop and the Ray Train workers call these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, clip: float = 5.0) -> torch.Tensor:
+    """Group-normalized advantages ``A_ij = (r_ij - mean_j r_i) / (std_j r_i + eps)``.
+
+    Args:
+        rewards: ``(num_prompts, group_size)``; each row is one prompt's group.
+        eps: added to the (population) std; a zero-variance group gets all-zero advantages.
+        clip: advantages are clipped to ``[-clip, clip]``.
+
+    Raises:
+        ValueError: rewards is not 2-D, the group size is < 2, or a reward is not finite.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be (num_prompts, group_size), got {tuple(rewards.shape)}")
+    if rewards.shape[1] < 2:
+        raise ValueError(f"group size must be >= 2 for group advantages, got {rewards.shape[1]}")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError("rewards contain NaN or inf")
+    r = rewards.double()
+    adv = (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, unbiased=False, keepdim=True) + eps)
+    return adv.clamp(-clip, clip).float()
+
+
+@dataclass
+class LossStats:
+    """Diagnostics of one loss evaluation (Python floats)."""
+
+    policy_loss: float
+    kl: float
+    clip_frac: float
+    ratio_mean: float
+    approx_kl: float
+
+
+def grpo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_range: float,
+    kl: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+) -> tuple[torch.Tensor, LossStats]:
+    """Clipped GRPO objective for one denoising step of a batch of samples.
+
+    ``ratio = exp(log_prob - old_log_prob)``;
+    ``L = mean(max(-A ratio, -A clip(ratio, 1 - c, 1 + c))) + beta * mean(kl)``.
+
+    Args:
+        log_prob: ``(N,)`` log-probs under the current weights (with grad).
+        old_log_prob: ``(N,)`` log-probs recorded at sampling time.
+        advantages: ``(N,)``.
+        clip_range: c.
+        kl: ``(N,)`` per-sample KL to the reference policy, or None.
+        kl_beta: weight of the KL term.
+    """
+    if not log_prob.shape == old_log_prob.shape == advantages.shape:
+        raise ValueError(
+            f"shapes differ: log_prob {tuple(log_prob.shape)}, old_log_prob "
+            f"{tuple(old_log_prob.shape)}, advantages {tuple(advantages.shape)}"
+        )
+    adv = advantages.to(log_prob.device, torch.float32)
+    log_ratio = log_prob.float() - old_log_prob.to(log_prob.device, torch.float32)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    policy_loss = torch.maximum(unclipped, clipped).mean()
+    loss = policy_loss
+    kl_mean = torch.zeros((), device=log_prob.device)
+    if kl is not None and kl_beta > 0:
+        kl_mean = kl.float().mean()
+        loss = loss + kl_beta * kl_mean
+    with torch.no_grad():
+        stats = LossStats(
+            policy_loss=float(policy_loss),
+            kl=float(kl_mean),
+            clip_frac=float(((ratio - 1.0).abs() > clip_range).float().mean()),
+            ratio_mean=float(ratio.mean()),
+            approx_kl=float((0.5 * log_ratio * log_ratio).mean()),
+        )
+    return loss, stats
+
+
+def gaussian_mean_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """KL between two Gaussians with the same std, per sample, averaged over elements.
+
+    ``KL(N(mu, s^2) || N(mu_ref, s^2)) = (mu - mu_ref)^2 / (2 s^2)`` (Flow-GRPO's KL term).
+    ``std`` is ``(N,)``.
+    """
+    diff = (mean.float() - ref_mean.float()).flatten(1)
+    return (diff * diff).mean(dim=1) / (2.0 * std.float() ** 2)

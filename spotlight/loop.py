@@ -1,0 +1,113 @@
+"""The single-process reference loop: Flow-GRPO iterations without Ray.
+
+One iteration: sample G images for each of B prompts, score them, compute group advantages,
+take the GRPO update. All randomness of iteration t (prompts, seeds, trained timesteps) derives
+from (config.seed, t), so a resumed run repeats exactly what an uninterrupted one would do.
+It is the baseline the Ray job is measured against and the engine of the tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotlight.config import Config
+from spotlight.grpo import group_advantages
+from spotlight.policies.base import Policy
+from spotlight.prompts import word_prompts
+from spotlight.rewards import Reward
+from spotlight.sampler import sample
+from spotlight.update import grpo_update
+
+_SEED_SPACE = 2**31 - 1
+
+
+def iteration_rng(seed: int, iteration: int, stream: int) -> np.random.Generator:
+    """Independent random stream ``stream`` of iteration ``iteration``."""
+    return np.random.default_rng([seed, iteration, stream])
+
+
+def iteration_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[str], list[int]]:
+    """The (prompt, seed) pairs of an iteration: B prompts from the pool, G random seeds each."""
+    rng = iteration_rng(cfg.seed, iteration, 0)
+    idx = rng.choice(len(pool), size=cfg.num_prompts_per_iteration, replace=False)
+    group = cfg.grpo.group_size
+    prompts = [pool[i] for i in idx for _ in range(group)]
+    seeds = rng.integers(0, _SEED_SPACE, size=len(prompts)).tolist()
+    return prompts, seeds
+
+
+def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:
+    """Training pool and validation prompts (validation words never appear in training)."""
+    pool = word_prompts(cfg.num_train_prompts + cfg.num_val_prompts * 4, seed=cfg.seed)
+    val = list(dict.fromkeys(pool[cfg.num_train_prompts :]))[: cfg.num_val_prompts]
+    train = [p for p in pool[: cfg.num_train_prompts] if p not in set(val)]
+    return train, val
+
+
+class ReferenceLoop:
+    """Holds the policy, optimizer and reward of a single-process run."""
+
+    def __init__(self, cfg: Config, policy: Policy, reward: Reward):
+        cfg.validate()
+        self.cfg = cfg
+        self.policy = policy
+        self.reward = reward
+        self.train_prompts, self.val_prompts = prompt_sets(cfg)
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(),
+            lr=cfg.grpo.learning_rate,
+            weight_decay=cfg.grpo.weight_decay,
+        )
+        self.ref_policy = None
+        if cfg.grpo.kl_beta > 0:
+            self.ref_policy = copy.deepcopy(policy)
+            for p in self.ref_policy.parameters():
+                p.requires_grad_(False)
+        self.weights_version = 0
+
+    def run_iteration(self, iteration: int) -> dict[str, Any]:
+        """Sample, score, update. Returns the iteration's metrics."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        prompts, seeds = iteration_batch(cfg, self.train_prompts, iteration)
+        trajectories = sample(self.policy, prompts, seeds, cfg.sampler, self.weights_version)
+        images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
+        rewards = torch.from_numpy(self.reward(images, prompts)).view(-1, cfg.grpo.group_size)
+        advantages = group_advantages(rewards, cfg.grpo.adv_eps, cfg.grpo.adv_clip)
+        t1 = time.perf_counter()
+        stats = grpo_update(
+            self.policy,
+            self.optimizer,
+            trajectories,
+            advantages,
+            cfg.grpo,
+            seed=int(iteration_rng(cfg.seed, iteration, 1).integers(_SEED_SPACE)),
+            ref_policy=self.ref_policy,
+        )
+        t2 = time.perf_counter()
+        self.weights_version += 1
+        group_std = rewards.double().std(dim=1, unbiased=False)
+        return {
+            "iteration": iteration,
+            "weights_version": self.weights_version,
+            "train_reward_mean": float(rewards.mean()),
+            "group_reward_std_mean": float(group_std.mean()),
+            "zero_std_groups": int((group_std < 1e-6).sum()),
+            "num_samples": len(trajectories),
+            "sample_s": t1 - t0,
+            "train_s": t2 - t1,
+            **{f"loss/{k}": v for k, v in stats.items()},
+        }
+
+    def evaluate(self) -> float:
+        """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1."""
+        prompts = [p for p in self.val_prompts for _ in range(self.cfg.num_val_seeds)]
+        seeds = [s for _ in self.val_prompts for s in range(self.cfg.num_val_seeds)]
+        trajectories = sample(self.policy, prompts, seeds, self.cfg.sampler, self.weights_version)
+        images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
+        return float(np.mean(self.reward(images, prompts)))

@@ -1,0 +1,80 @@
+"""Named recipes: functions returning the root :class:`Config` of a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spotlight.config import Config, GRPOConfig, PolicyConfig, SamplerConfig
+
+
+def tiny_brightness() -> Config:
+    """The embedded default: tiny DiT, brightness reward, a couple of minutes on 2 CPU cores."""
+    return Config(
+        recipe="tiny-brightness",
+        policy=PolicyConfig(name="tiny", init_seed=0),
+        sampler=SamplerConfig(num_steps=10, eta=0.7, batch_size=8),
+        grpo=GRPOConfig(
+            group_size=8, learning_rate=3e-4, timestep_fraction=0.5, train_batch_size=16
+        ),
+        reward="brightness",
+        num_iterations=20,
+        num_prompts_per_iteration=4,
+    )
+
+
+def tiny_smoke() -> Config:
+    """Seconds-long run for tests: 2 prompts x 4 images, 4 steps."""
+    return Config(
+        recipe="tiny-smoke",
+        policy=PolicyConfig(
+            name="tiny", init_seed=0, options={"num_layers": 2, "num_heads": 2, "head_dim": 16}
+        ),
+        sampler=SamplerConfig(num_steps=4, eta=0.7, batch_size=8),
+        grpo=GRPOConfig(
+            group_size=4, learning_rate=1e-3, timestep_fraction=0.5, train_batch_size=8
+        ),
+        reward="brightness",
+        num_iterations=3,
+        num_prompts_per_iteration=2,
+    )
+
+
+def qwen_image_brightness() -> Config:
+    """Qwen-Image (LoRA, bf16) on a GPU node; the model folder comes from --checkpoint."""
+    return Config(
+        recipe="qwen-image-brightness",
+        policy=PolicyConfig(
+            name="qwen-image",
+            checkpoint="Qwen/Qwen-Image",
+            options={"lora_rank": 32, "height": 512, "width": 512},
+        ),
+        sampler=SamplerConfig(num_steps=10, eta=0.7, shift=3.0, guidance_scale=4.0, batch_size=8),
+        grpo=GRPOConfig(
+            group_size=16,
+            learning_rate=1e-4,
+            kl_beta=0.04,
+            timestep_fraction=0.6,
+            train_batch_size=4,
+        ),
+        reward="brightness",
+        num_iterations=100,
+        num_prompts_per_iteration=8,
+    )
+
+
+RECIPES: dict[str, Callable[[], Config]] = {
+    "tiny-brightness": tiny_brightness,
+    "tiny-smoke": tiny_smoke,
+    "qwen-image-brightness": qwen_image_brightness,
+}
+DEFAULT_RECIPE = "tiny-brightness"
+
+
+def get_recipe(name: str) -> Config:
+    """The config of recipe ``name``, validated."""
+    try:
+        cfg = RECIPES[name]()
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}") from None
+    cfg.validate()
+    return cfg

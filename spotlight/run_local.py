@@ -1,0 +1,166 @@
+"""Drive the reference loop as a run: output folder, metrics, checkpoints, resume, progress."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from spotlight.config import Config
+from spotlight.loop import ReferenceLoop
+from spotlight.policies import make_policy
+from spotlight.rewards import build_reward
+
+CKPT_DIR = "checkpoint"
+
+
+def run_local(
+    cfg: Config,
+    out_dir: Path,
+    resume: bool = False,
+    device: str = "cpu",
+    log: TextIO | None = None,
+) -> dict[str, Any]:
+    """Run ``cfg.num_iterations`` iterations, writing ``out_dir``; returns the summary.
+
+    ``out_dir`` gets ``config.json``, ``metrics.jsonl`` (one object per iteration),
+    ``checkpoint/`` (after every iteration) and ``summary.json``. With ``resume`` the run
+    continues after the last checkpointed iteration of ``out_dir``.
+    """
+    cfg.validate()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
+    start = 0
+    if resume:
+        start = _load_checkpoint(loop, out_dir, cfg)
+    else:
+        if (out_dir / CKPT_DIR / "state.json").exists():
+            raise ValueError(
+                f"{out_dir} already holds a run; pass --resume {out_dir} to continue"
+                " it or choose another --out"
+            )
+        _write_json(out_dir / "config.json", cfg.to_dict())
+    metrics_path = out_dir / "metrics.jsonl"
+    _truncate_metrics(metrics_path, start)
+    t_start = time.perf_counter()
+    val = None
+    if start == 0:
+        val = loop.evaluate()
+        _print(
+            log,
+            f"[spotlight] {cfg.recipe}: {cfg.num_iterations} iterations, "
+            f"validation reward before training {val:.4f}",
+        )
+    for it in range(start, cfg.num_iterations):
+        m = loop.run_iteration(it)
+        last = it == cfg.num_iterations - 1
+        if (it + 1) % cfg.val_every == 0 or last:
+            val = loop.evaluate()
+            m["val_reward"] = val
+        m["wall_s"] = time.perf_counter() - t_start
+        with metrics_path.open("a") as f:
+            f.write(json.dumps(m) + "\n")
+        _save_checkpoint(loop, out_dir, it + 1, cfg)
+        _print(log, _progress_line(m, cfg.num_iterations))
+    summary = _summarize(metrics_path, cfg)
+    _write_json(out_dir / "summary.json", summary)
+    _print(log, f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, {CKPT_DIR}/)")
+    return summary
+
+
+def _progress_line(m: dict[str, Any], total: int) -> str:
+    val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
+    return (
+        f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
+        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']} "
+        f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
+    )
+
+
+def _summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    vals = [r["val_reward"] for r in rows if "val_reward" in r]
+    return {
+        "recipe": cfg.recipe,
+        "num_iterations": len(rows),
+        "final_val_reward": vals[-1] if vals else None,
+        "train_reward_first": rows[0]["train_reward_mean"] if rows else None,
+        "train_reward_last": rows[-1]["train_reward_mean"] if rows else None,
+        "wall_s": rows[-1]["wall_s"] if rows else 0.0,
+    }
+
+
+def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config) -> None:
+    """Write weights and optimizer, then state.json (with the weights' sha256) as the commit."""
+    ckpt = out_dir / CKPT_DIR
+    ckpt.mkdir(exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in loop.policy.state_dict().items()}
+    _atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
+    _atomic(ckpt / "optimizer.pt", lambda p: torch.save(loop.optimizer.state_dict(), p))
+    _write_json(
+        ckpt / "state.json",
+        {
+            "iterations_done": done,
+            "weights_version": loop.weights_version,
+            "recipe": cfg.recipe,
+            "policy_sha256": _sha256(ckpt / "policy.safetensors"),
+        },
+    )
+
+
+def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
+    ckpt = out_dir / CKPT_DIR
+    if not (ckpt / "state.json").exists():
+        raise ValueError(
+            f"--resume {out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
+            " or it stopped before its first iteration finished)"
+        )
+    state = json.loads((ckpt / "state.json").read_text())
+    if state["recipe"] != cfg.recipe:
+        raise ValueError(
+            f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {cfg.recipe!r}"
+        )
+    if _sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
+        raise ValueError(f"--resume {out_dir}: policy.safetensors does not match its checksum")
+    loop.policy.load_state_dict(load_file(str(ckpt / "policy.safetensors")))
+    loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    loop.weights_version = state["weights_version"]
+    return state["iterations_done"]
+
+
+def _truncate_metrics(path: Path, keep_below: int) -> None:
+    """Drop metric rows of iterations >= keep_below (work redone after a resume)."""
+    if not path.exists():
+        return
+    rows = [
+        line
+        for line in path.read_text().splitlines()
+        if line and json.loads(line)["iteration"] < keep_below
+    ]
+    _atomic(path, lambda p: p.write_text("".join(r + "\n" for r in rows)))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    _atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1) + "\n"))
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _print(log: TextIO | None, line: str) -> None:
+    if log is not None:
+        print(line, file=log, flush=True)

@@ -1,0 +1,104 @@
+"""One GRPO update of a policy from finished trajectories (local loop and Ray Train share it)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+
+import torch
+
+from spotlight.config import GRPOConfig
+from spotlight.grpo import LossStats, gaussian_mean_kl, grpo_loss
+from spotlight.policies.base import Policy
+from spotlight.sampler import Trajectory, step_log_prob
+from spotlight.sde import step_params, time_grid
+
+
+def train_step_indices(num_steps: int, fraction: float, seed: int) -> list[int]:
+    """The denoising steps trained on this iteration: a seeded random subset, sorted.
+
+    ``max(1, round(fraction * num_steps))`` of the ``num_steps`` steps.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"timestep fraction must be in (0, 1], got {fraction}")
+    k = max(1, round(fraction * num_steps))
+    return sorted(random.Random(seed).sample(range(num_steps), k))
+
+
+def grpo_update(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    trajectories: list[Trajectory],
+    advantages: torch.Tensor,
+    cfg: GRPOConfig,
+    seed: int,
+    ref_policy: Policy | None = None,
+) -> dict[str, float]:
+    """Replay the trajectories under the current weights and take GRPO optimizer steps.
+
+    Samples are shuffled (seeded) into chunks of ``cfg.train_batch_size``; each chunk
+    accumulates the loss over the selected steps and takes one optimizer step; this repeats for
+    ``cfg.num_inner_epochs``. Returns the mean of each loss statistic.
+    """
+    if len(trajectories) != advantages.numel():
+        raise ValueError(f"{len(trajectories)} trajectories but {advantages.numel()} advantages")
+    unfinished = [i for i, tr in enumerate(trajectories) if not tr.done]
+    if unfinished:
+        raise ValueError(f"trajectories {unfinished[:5]} are not finished")
+    if cfg.kl_beta > 0 and ref_policy is None:
+        raise ValueError("kl_beta > 0 needs a reference policy")
+    sampler = trajectories[0].sampler
+    steps = train_step_indices(sampler.num_steps, cfg.timestep_fraction, seed)
+    grid = time_grid(sampler.num_steps, sampler.shift)
+    params = [step_params(grid, j, sampler.eta) for j in steps]
+    rng = random.Random(seed + 1)
+    history: list[LossStats] = []
+    grad_norms: list[float] = []
+    for _ in range(cfg.num_inner_epochs):
+        order = list(range(len(trajectories)))
+        rng.shuffle(order)
+        for lo in range(0, len(order), cfg.train_batch_size):
+            chunk = [trajectories[i] for i in order[lo : lo + cfg.train_batch_size]]
+            adv = advantages.flatten()[order[lo : lo + cfg.train_batch_size]]
+            optimizer.zero_grad(set_to_none=True)
+            for j, p in zip(steps, params, strict=True):
+                loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
+                (loss / len(steps)).backward()
+                history.append(stats)
+            grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
+    out = {k: sum(getattr(s, k) for s in history) / len(history) for k in asdict(history[0])}
+    out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    out["num_optimizer_steps"] = float(len(grad_norms))
+    return out
+
+
+def _step_loss(policy, ref_policy, chunk, adv, j, p, cfg):
+    x = torch.stack([tr.xs[j] for tr in chunk])
+    x_next = torch.stack([tr.xs[j + 1] for tr in chunk])
+    old = torch.tensor([tr.log_probs[j] for tr in chunk], dtype=torch.float32)
+    guidance = chunk[0].sampler.guidance_scale
+    cond = policy.encode_prompts([tr.prompt for tr in chunk])
+    log_prob, mean = step_log_prob(policy, x, x_next, [p] * len(chunk), cond, guidance)
+    kl = None
+    if cfg.kl_beta > 0:
+        with torch.no_grad():
+            ref_cond = ref_policy.encode_prompts([tr.prompt for tr in chunk])
+            _, ref_mean = step_log_prob(ref_policy, x, x_next, [p] * len(chunk), ref_cond, guidance)
+        kl = gaussian_mean_kl(mean, ref_mean, torch.full((len(chunk),), p.std))
+    return grpo_loss(
+        log_prob, old.to(log_prob.device), adv.to(log_prob.device), cfg.clip_range, kl, cfg.kl_beta
+    )
+
+
+def _clip_and_step(policy: Policy, optimizer: torch.optim.Optimizer, max_norm: float) -> float:
+    params = policy.trainable_parameters()
+    if max_norm > 0:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    else:
+        norm = float(
+            torch.linalg.vector_norm(
+                torch.stack([g.grad.norm() for g in params if g.grad is not None])
+            )
+        )
+    optimizer.step()
+    return norm
