@@ -82,8 +82,8 @@ def grpo_loss(
         loss = loss + kl_beta * kl_mean
     with torch.no_grad():
         stats = LossStats(
-            policy_loss=float(policy_loss),
-            kl=float(kl_mean),
+            policy_loss=float(policy_loss.detach()),
+            kl=float(kl_mean.detach()),
             clip_frac=float(((ratio - 1.0).abs() > clip_range).float().mean()),
             ratio_mean=float(ratio.mean()),
             approx_kl=float((0.5 * log_ratio * log_ratio).mean()),

@@ -212,10 +212,10 @@ def _one_step(
         v = guided_velocity(policy, x, t, cond, trs[0].sampler.guidance_scale).float().cpu()
     for i, (tr, gen, p) in enumerate(zip(trs, gens, params, strict=True)):
         noise = torch.randn(tr.latents.shape, generator=gen, dtype=torch.float32)
-        x_next, log_prob = sde_step(tr.latents, v[i], p, noise)
-        tr.latents = x_next
-        tr.xs.append(x_next.clone())
-        tr.log_probs.append(float(log_prob))
+        x_next, log_prob = sde_step(tr.latents[None], v[i : i + 1], p, noise[None])
+        tr.latents = x_next[0]
+        tr.xs.append(x_next[0].clone())
+        tr.log_probs.append(float(log_prob[0]))
         tr.step += 1
 
 

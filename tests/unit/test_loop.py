@@ -1,0 +1,111 @@
+"""The single-process loop: it moves the reward, resumes exactly, and refuses bad runs."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from spotlight.cli import main
+from spotlight.config import Config, GRPOConfig, PolicyConfig, SamplerConfig
+from spotlight.loop import iteration_batch, prompt_sets
+from spotlight.recipes import RECIPES, get_recipe
+from spotlight.run_local import run_local
+
+from .conftest import SMALL
+
+FAST = Config(
+    recipe="tiny-smoke",
+    policy=PolicyConfig(name="tiny", init_seed=0, options=dataclasses.asdict(SMALL)),
+    sampler=SamplerConfig(num_steps=4, eta=0.7, batch_size=8),
+    grpo=GRPOConfig(group_size=4, learning_rate=2e-3, train_batch_size=8),
+    reward="brightness",
+    num_iterations=4,
+    num_prompts_per_iteration=2,
+    num_val_prompts=4,
+    val_every=2,
+)
+
+
+def test_every_recipe_is_valid():
+    for name in RECIPES:
+        assert get_recipe(name).recipe == name
+
+
+def test_prompts_and_seeds_are_a_function_of_seed_and_iteration():
+    train, val = prompt_sets(FAST)
+    assert not set(train) & set(val) and len(val) == 4
+    assert iteration_batch(FAST, train, 3) == iteration_batch(FAST, train, 3)
+    assert iteration_batch(FAST, train, 3) != iteration_batch(FAST, train, 4)
+    prompts, seeds = iteration_batch(FAST, train, 0)
+    assert len(prompts) == len(seeds) == 8 and len(set(prompts)) == 2
+
+
+def test_the_loop_raises_the_reward(tmp_path):
+    cfg = dataclasses.replace(FAST, num_iterations=12, val_every=12)
+    summary = run_local(cfg, tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(12))
+    assert [r["weights_version"] for r in rows] == list(range(1, 13))
+    first = sum(r["train_reward_mean"] for r in rows[:3]) / 3
+    last = sum(r["train_reward_mean"] for r in rows[-3:]) / 3
+    assert last > first + 0.02, (first, last)
+    assert summary["num_iterations"] == 12 and summary["final_val_reward"] is not None
+
+
+def test_resume_continues_exactly_where_it_stopped(tmp_path):
+    straight = tmp_path / "straight"
+    run_local(FAST, straight)
+    split = tmp_path / "split"
+    run_local(dataclasses.replace(FAST, num_iterations=2), split)
+    run_local(FAST, split, resume=True)
+    rows_a = (straight / "metrics.jsonl").read_text().splitlines()
+    rows_b = (split / "metrics.jsonl").read_text().splitlines()
+    assert len(rows_b) == 4  # nothing trained twice, nothing skipped
+    for a, b in zip(rows_a, rows_b, strict=True):
+        a, b = json.loads(a), json.loads(b)
+        assert a["train_reward_mean"] == b["train_reward_mean"]
+        assert a["weights_version"] == b["weights_version"]
+    from safetensors.torch import load_file
+
+    wa = load_file(str(straight / "checkpoint/policy.safetensors"))
+    wb = load_file(str(split / "checkpoint/policy.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_run_folder_mistakes_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"no checkpoint/state\.json"):
+        run_local(FAST, tmp_path / "empty", resume=True)
+    run_local(dataclasses.replace(FAST, num_iterations=1), tmp_path / "r")
+    with pytest.raises(ValueError, match="already holds a run"):
+        run_local(FAST, tmp_path / "r")
+    with pytest.raises(ValueError, match="used recipe 'tiny-smoke'"):
+        run_local(dataclasses.replace(FAST, recipe="tiny-brightness"), tmp_path / "r", resume=True)
+    (tmp_path / "r/checkpoint/policy.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="checksum"):
+        run_local(FAST, tmp_path / "r", resume=True)
+
+
+def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--recipe", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"grpo": GRPOConfig(group_size=1)}, "group_size must be >= 2"),
+        ({"sampler": SamplerConfig(eta=0.0)}, "eta must be > 0"),
+        ({"num_prompts_per_iteration": 10**6}, "exceeds num_train_prompts"),
+        ({"reward": "nope"}, "unknown reward 'nope'"),
+        ({"policy": PolicyConfig(name="nope")}, "unknown policy 'nope'"),
+        ({"policy": PolicyConfig(options={"depth": 3})}, "bad tiny policy options"),
+    ],
+)
+def test_bad_config_fails_before_any_work(tmp_path, change, match):
+    with pytest.raises(ValueError, match=match):
+        run_local(dataclasses.replace(FAST, **change), tmp_path / "x")
+    assert not (tmp_path / "x/metrics.jsonl").exists()
