@@ -33,6 +33,12 @@ def make_policy(cfg: PolicyConfig, device: str = "cpu") -> Policy:
         from spotlight.policies.qwen_image import QwenImagePolicy
 
         if not cfg.checkpoint:
-            raise ValueError("the qwen-image policy needs policy.checkpoint (a diffusers folder)")
-        return QwenImagePolicy.from_pretrained(cfg.checkpoint, device=device, **cfg.options)
+            raise ValueError(
+                "the qwen-image policy needs a local model folder: pass --checkpoint PATH "
+                "(see the module docstring of spotlight.policies.qwen_image)"
+            )
+        try:
+            return QwenImagePolicy.from_pretrained(cfg.checkpoint, device=device, **cfg.options)
+        except TypeError as e:
+            raise ValueError(f"bad qwen-image policy options {cfg.options}: {e}") from None
     raise ValueError(f"unknown policy {cfg.name!r}; known: {', '.join(POLICY_NAMES)}")

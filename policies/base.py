@@ -68,7 +68,12 @@ class Policy(Protocol):
         ...
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Trainable state: what a weights version carries."""
+        """Trainable state: what a weights version carries. The tensors are the live weights
+        (detached, not copied): clone them before the next optimizer step changes them."""
+        ...
+
+    def frozen_reference(self) -> Policy:
+        """A frozen policy equal to the current one, for the KL term (a copy, or a view)."""
         ...
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:

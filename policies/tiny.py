@@ -7,6 +7,7 @@ the GRPO update and the Ray shell run unchanged on both.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -131,6 +132,10 @@ class TinyPolicy(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+    def frozen_reference(self) -> TinyPolicy:
+        """The KL reference: a frozen copy of the current weights."""
+        return copy.deepcopy(self).requires_grad_(False)
 
     def load_state_dict(self, state, strict: bool = True, assign: bool = False):  # type: ignore[override]
         check_state_matches(self.state_dict(), state, self.name)

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume DIR continues DIR; do not also pass --out")
     try:
         return args.func(args)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"spotlight: error: {e}", file=sys.stderr)
         return 2
 

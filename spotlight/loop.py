@@ -8,7 +8,6 @@ It is the baseline the Ray job is measured against and the engine of the tests.
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -63,11 +62,7 @@ class ReferenceLoop:
             lr=cfg.grpo.learning_rate,
             weight_decay=cfg.grpo.weight_decay,
         )
-        self.ref_policy = None
-        if cfg.grpo.kl_beta > 0:
-            self.ref_policy = copy.deepcopy(policy)
-            for p in self.ref_policy.parameters():
-                p.requires_grad_(False)
+        self.ref_policy = policy.frozen_reference() if cfg.grpo.kl_beta > 0 else None
         self.weights_version = 0
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
