@@ -1,1 +1,1 @@
-"""Serve deployments."""
+"""Ray Serve deployments: DiT sampling replicas on spot nodes, and reward models."""

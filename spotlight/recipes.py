@@ -40,13 +40,13 @@ def tiny_smoke() -> Config:
 
 
 def qwen_image_brightness() -> Config:
-    """Qwen-Image (LoRA, bf16) on a GPU node; the model folder comes from --checkpoint."""
+    """Qwen-Image (LoRA, bf16) on a GPU node; pass the local model folder with --checkpoint."""
     return Config(
         recipe="qwen-image-brightness",
         policy=PolicyConfig(
             name="qwen-image",
-            checkpoint="Qwen/Qwen-Image",
-            options={"lora_rank": 32, "height": 512, "width": 512},
+            checkpoint=None,
+            options={"lora_rank": 32, "height": 512, "width": 512, "gradient_checkpointing": True},
         ),
         sampler=SamplerConfig(num_steps=10, eta=0.7, shift=3.0, guidance_scale=4.0, batch_size=8),
         grpo=GRPOConfig(

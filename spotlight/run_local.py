@@ -34,9 +34,8 @@ def run_local(
     continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
+    out_dir.mkdir(parents=True, exist_ok=True)
     start = 0
     if resume:
         start = _load_checkpoint(loop, out_dir, cfg)

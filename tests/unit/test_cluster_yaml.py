@@ -1,0 +1,45 @@
+"""cluster.yaml passes Ray's own cluster-config validation and keeps the roles apart."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spotlight.actors import names
+
+CLUSTER_YAML = Path(__file__).resolve().parents[2] / "cluster.yaml"
+
+
+def load() -> dict:
+    return yaml.safe_load(CLUSTER_YAML.read_text())
+
+
+def test_ray_validates_the_cluster_config():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = prepare_config(load())
+    validate_config(config)  # raises on any schema error
+    assert config["head_node_type"] == "head"
+    broken = load()
+    broken["available_node_types"]["sampler_spot"]["resources"]["spot"] = "one"
+    with pytest.raises(ValueError):  # the check bites: a malformed copy is refused
+        validate_config(prepare_config(broken))
+
+
+def test_node_types_offer_the_roles_the_system_places_work_on():
+    types = load()["available_node_types"]
+    spot = [
+        n
+        for n, t in types.items()
+        if t["node_config"].get("InstanceMarketOptions", {}).get("MarketType") == "spot"
+    ]
+    assert spot == ["sampler_spot"]
+    assert types["sampler_spot"]["resources"][names.RESOURCE_SPOT] == 1
+    # The fallback offers the same sampler resource on on-demand capacity, at lower priority.
+    fallback = types["sampler_ondemand"]
+    assert names.RESOURCE_SAMPLER in fallback["resources"]
+    assert names.RESOURCE_ON_DEMAND in fallback["resources"]
+    assert fallback["priority"] < types["sampler_spot"]["priority"]
+    assert names.RESOURCE_TRAINER in types["trainer"]["resources"]
+    assert "InstanceMarketOptions" not in types["trainer"]["node_config"]
+    assert types["head"]["resources"][names.RESOURCE_CONTROL] == 1
