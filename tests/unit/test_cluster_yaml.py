@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jsonschema.exceptions import ValidationError
 
 from spotlight.actors import names
 
@@ -22,7 +23,7 @@ def test_ray_validates_the_cluster_config():
     assert config["head_node_type"] == "head"
     broken = load()
     broken["available_node_types"]["sampler_spot"]["resources"]["spot"] = "one"
-    with pytest.raises(ValueError):  # the check bites: a malformed copy is refused
+    with pytest.raises(ValidationError, match=r"not of type .integer."):  # the check bites
         validate_config(prepare_config(broken))
 
 
