@@ -20,7 +20,7 @@ import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
 from spotlight.grpo import group_advantages
-from spotlight.policies.base import TextCond, pack_patches, unpack_patches
+from spotlight.policies.base import TextCond, qwen_transformer_velocity
 from spotlight.sampler import sample
 from spotlight.update import grpo_update
 
@@ -51,7 +51,6 @@ class RandomTextQwenPolicy:
     def __init__(self, transformer, height: int, width: int):
         self.transformer = transformer
         self.latent_shape = (16, height // 8, width // 8)
-        self._grid = (height // 16, width // 16)
         g = torch.Generator(device="cpu").manual_seed(0)
         joint_dim = transformer.config.joint_attention_dim
         self._embeds = torch.randn(1, TXT_TOKENS, joint_dim, generator=g).to(DEVICE, torch.bfloat16)
@@ -71,16 +70,7 @@ class RandomTextQwenPolicy:
         return self.encode_prompts([""] * batch_size)
 
     def velocity(self, latents, t, cond):
-        c, h, w = self.latent_shape
-        out = self.transformer(
-            hidden_states=pack_patches(latents.to(torch.bfloat16), 2),
-            encoder_hidden_states=cond.embeds,
-            encoder_hidden_states_mask=cond.mask,
-            timestep=t.to(torch.bfloat16),
-            img_shapes=[[(1, *self._grid)]] * latents.shape[0],
-            return_dict=False,
-        )[0]
-        return unpack_patches(out, c, h, w, 2).float()
+        return qwen_transformer_velocity(self.transformer, latents, t, cond, 2, self.name)
 
     def decode(self, latents):
         return latents

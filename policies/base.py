@@ -98,6 +98,58 @@ def check_times(t: torch.Tensor, batch: int, who: str) -> None:
         raise ValueError(f"{who}: t must lie in [0, 1], got min {t.min():.4g} max {t.max():.4g}")
 
 
+def qwen_transformer_velocity(
+    transformer: torch.nn.Module,
+    latents: torch.Tensor,
+    t: torch.Tensor,
+    cond: TextCond,
+    patch: int,
+    who: str,
+) -> torch.Tensor:
+    """Run a ``QwenImageTransformer2DModel`` on unpacked latents; float32 velocity out.
+
+    Checks the batch of ``t`` and ``cond`` against ``latents``, packs ``patch`` x ``patch``
+    patches like the QwenImage pipelines, runs in the transformer's device and dtype, unpacks.
+    """
+    batch, (c, h, w) = latents.shape[0], latents.shape[1:]
+    check_times(t, batch, who)
+    if len(cond) != batch:
+        raise ValueError(f"{who}: {len(cond)} prompts for {batch} latents")
+    param = next(transformer.parameters())
+    tokens = pack_patches(latents.to(param.device, param.dtype), patch)
+    out = transformer(
+        hidden_states=tokens,
+        encoder_hidden_states=cond.embeds.to(param.device, param.dtype),
+        encoder_hidden_states_mask=cond.mask.to(param.device),
+        timestep=t.to(param.device, param.dtype),
+        img_shapes=[[(1, h // patch, w // patch)]] * batch,
+        return_dict=False,
+    )[0]
+    return unpack_patches(out.float(), c, h, w, patch)
+
+
+def check_state_matches(
+    own: dict[str, torch.Tensor], other: dict[str, torch.Tensor], what: str
+) -> None:
+    """Raise ValueError naming missing, unexpected and mis-shaped keys of a state dict."""
+    missing = sorted(set(own) - set(other))
+    unexpected = sorted(set(other) - set(own))
+    shapes = [
+        f"{k}: {tuple(other[k].shape)} vs {tuple(own[k].shape)}"
+        for k in sorted(set(own) & set(other))
+        if other[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (e.g. {missing[:3]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+        if shapes:
+            parts.append(f"{len(shapes)} with other shapes (e.g. {shapes[:3]})")
+        raise ValueError(f"checkpoint does not fit the {what} architecture: " + "; ".join(parts))
+
+
 def pack_patches(x: torch.Tensor, patch: int) -> torch.Tensor:
     """``(B, C, H, W) -> (B, (H/p)(W/p), C p^2)``, the token layout of QwenImage pipelines."""
     b, c, h, w = x.shape

@@ -26,11 +26,9 @@ from torch import nn
 from spotlight.policies.base import (
     TextCond,
     check_latents,
-    check_times,
-    pack_patches,
-    unpack_patches,
+    check_state_matches,
+    qwen_transformer_velocity,
 )
-from spotlight.policies.tiny import check_state_matches
 
 LORA_TARGETS = (
     "to_q",
@@ -239,21 +237,9 @@ class QwenImagePolicy(nn.Module):
     def velocity(self, latents: torch.Tensor, t: torch.Tensor, cond: TextCond) -> torch.Tensor:
         """Float32 velocity; the transformer runs in its own dtype (bf16)."""
         check_latents(latents, self.latent_shape, "QwenImagePolicy.velocity")
-        check_times(t, latents.shape[0], "QwenImagePolicy.velocity")
-        if len(cond) != latents.shape[0]:
-            raise ValueError(f"{len(cond)} prompts for {latents.shape[0]} latents")
-        c, h, w = self.latent_shape
-        device, dtype = self.device, self.dtype
-        tokens = pack_patches(latents.to(device, dtype), self.patch)
-        out = self.transformer(
-            hidden_states=tokens,
-            encoder_hidden_states=cond.embeds.to(device, dtype),
-            encoder_hidden_states_mask=cond.mask.to(device),
-            timestep=t.to(device, dtype),
-            img_shapes=[[(1, h // self.patch, w // self.patch)]] * latents.shape[0],
-            return_dict=False,
-        )[0]
-        return unpack_patches(out.float(), c, h, w, self.patch)
+        return qwen_transformer_velocity(
+            self.transformer, latents, t, cond, self.patch, "QwenImagePolicy.velocity"
+        )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:

@@ -22,9 +22,8 @@ from torch import nn
 from spotlight.policies.base import (
     TextCond,
     check_latents,
-    check_times,
-    pack_patches,
-    unpack_patches,
+    check_state_matches,
+    qwen_transformer_velocity,
 )
 from spotlight.policies.text import ByteTextEncoder, tokenize
 
@@ -90,7 +89,6 @@ class TinyPolicy(nn.Module):
                 axes_dims_rope=config.rope_axes,
             )
         self.latent_shape = (config.channels, config.height, config.width)
-        self._grid = (config.height // config.patch, config.width // config.patch)
 
     # -- Policy interface ------------------------------------------------------------------
     @property
@@ -109,20 +107,9 @@ class TinyPolicy(nn.Module):
 
     def velocity(self, latents: torch.Tensor, t: torch.Tensor, cond: TextCond) -> torch.Tensor:
         check_latents(latents, self.latent_shape, "TinyPolicy.velocity")
-        check_times(t, latents.shape[0], "TinyPolicy.velocity")
-        if len(cond) != latents.shape[0]:
-            raise ValueError(f"{len(cond)} prompts for {latents.shape[0]} latents")
-        c, h, w = self.latent_shape
-        tokens = pack_patches(latents, self.config.patch)
-        out = self.transformer(
-            hidden_states=tokens,
-            encoder_hidden_states=cond.embeds,
-            encoder_hidden_states_mask=cond.mask,
-            timestep=t.to(tokens.dtype),
-            img_shapes=[[(1, *self._grid)]] * latents.shape[0],
-            return_dict=False,
-        )[0]
-        return unpack_patches(out, c, h, w, self.config.patch)
+        return qwen_transformer_velocity(
+            self.transformer, latents, t, cond, self.config.patch, "TinyPolicy.velocity"
+        )
 
     def decode(self, latents: torch.Tensor) -> np.ndarray:
         """Pixel space: latents in [-1, 1] map to uint8 ``(B, H, W, C)``."""
@@ -170,25 +157,3 @@ class TinyPolicy(nn.Module):
         policy = cls(config)
         policy.load_state_dict(load_file(str(path)))
         return policy
-
-
-def check_state_matches(
-    own: dict[str, torch.Tensor], other: dict[str, torch.Tensor], what: str
-) -> None:
-    """Raise ValueError naming missing, unexpected and mis-shaped keys of a state dict."""
-    missing = sorted(set(own) - set(other))
-    unexpected = sorted(set(other) - set(own))
-    shapes = [
-        f"{k}: {tuple(other[k].shape)} vs {tuple(own[k].shape)}"
-        for k in sorted(set(own) & set(other))
-        if other[k].shape != own[k].shape
-    ]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {missing[:3]})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
-        if shapes:
-            parts.append(f"{len(shapes)} with other shapes (e.g. {shapes[:3]})")
-        raise ValueError(f"checkpoint does not fit the {what} architecture: " + "; ".join(parts))
