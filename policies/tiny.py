@@ -129,11 +129,19 @@ class TinyPolicy(nn.Module):
         return super().load_state_dict(state, strict=strict, assign=assign)
 
     # -- Checkpoints -----------------------------------------------------------------------
-    def save(self, path: str | Path, extra_metadata: dict[str, str] | None = None) -> None:
-        """Write a safetensors file holding the weights and the architecture config."""
+    def save(
+        self,
+        path: str | Path,
+        extra_metadata: dict[str, str] | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """Write a safetensors file holding the weights (in ``dtype``) and the architecture.
+
+        Loading casts back to the model's float32, so a float16 file is half the size.
+        """
         metadata = {FORMAT_KEY: self.name, "config": json.dumps(dataclasses.asdict(self.config))}
         metadata.update(extra_metadata or {})
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(path), metadata=metadata)
 
     @classmethod

@@ -113,6 +113,8 @@ class Config:
     """The GRPO update."""
     reward: str = "brightness"
     """Reward name (see spotlight.rewards.REWARDS)."""
+    task: str | None = None
+    """Task whose train/val prompt splits are used (None: built-in random-word prompts)."""
     num_iterations: int = 20
     """Training iterations."""
     num_prompts_per_iteration: int = 4
@@ -131,6 +133,10 @@ class Config:
     def validate(self) -> None:
         self.sampler.validate()
         self.grpo.validate()
+        if self.task is not None:
+            from spotlight.tasks import get_task
+
+            get_task(self.task)  # raises on an unknown task
         if self.num_iterations < 0:
             raise ValueError(f"num_iterations must be >= 0, got {self.num_iterations}")
         if self.num_val_prompts < 1 or self.num_val_seeds < 1 or self.val_every < 1:

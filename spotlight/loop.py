@@ -15,11 +15,13 @@ import numpy as np
 import torch
 
 from spotlight.config import Config
+from spotlight.evaluate import score_prompts, summarize
 from spotlight.grpo import group_advantages
 from spotlight.policies.base import Policy
 from spotlight.prompts import word_prompts
 from spotlight.rewards import Reward
 from spotlight.sampler import sample
+from spotlight.tasks import get_task
 from spotlight.update import grpo_update
 
 _SEED_SPACE = 2**31 - 1
@@ -41,7 +43,16 @@ def iteration_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[
 
 
 def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:
-    """Training pool and validation prompts (validation words never appear in training)."""
+    """Training pool and validation prompts (disjoint).
+
+    From the task's splits when ``cfg.task`` is set, else built-in random-word prompts.
+    """
+    if cfg.task is not None:
+        task = get_task(cfg.task)
+        return (
+            task.prompts("train")[: cfg.num_train_prompts],
+            task.prompts("val")[: cfg.num_val_prompts],
+        )
     pool = word_prompts(cfg.num_train_prompts + cfg.num_val_prompts * 4, seed=cfg.seed)
     val = list(dict.fromkeys(pool[cfg.num_train_prompts :]))[: cfg.num_val_prompts]
     train = [p for p in pool[: cfg.num_train_prompts] if p not in set(val)]
@@ -101,8 +112,12 @@ class ReferenceLoop:
 
     def evaluate(self) -> float:
         """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1."""
-        prompts = [p for p in self.val_prompts for _ in range(self.cfg.num_val_seeds)]
-        seeds = [s for _ in self.val_prompts for s in range(self.cfg.num_val_seeds)]
-        trajectories = sample(self.policy, prompts, seeds, self.cfg.sampler, self.weights_version)
-        images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
-        return float(np.mean(self.reward(images, prompts)))
+        scores = score_prompts(
+            self.policy,
+            self.reward,
+            self.val_prompts,
+            self.cfg.num_val_seeds,
+            self.cfg.sampler,
+            self.weights_version,
+        )
+        return summarize(scores)["mean_reward"]

@@ -1,7 +1,7 @@
 """Image rewards behind one interface: ``reward(images, prompts) -> (N,) float32 in [0, 1]``.
 
 ``images`` is uint8 ``(N, H, W, C)``; each reward checks its input and names what is wrong.
-The task rewards (OCR, GenEval-mini) join this registry as they land.
+Rewards are built by name; heavy ones import their dependencies only when built.
 """
 
 from __future__ import annotations
@@ -14,17 +14,43 @@ from spotlight.rewards.simple import BrightnessReward, check_images
 
 Reward = Callable[[np.ndarray, list[str]], np.ndarray]
 
+
+def _ocr() -> Reward:
+    from spotlight.rewards.ocr import OcrReward
+
+    return OcrReward()
+
+
+def _geneval() -> Reward:
+    from spotlight.rewards.geneval import GenEvalReward
+
+    return GenEvalReward()
+
+
+def _clip() -> Reward:
+    from spotlight.rewards.hub import ClipScoreReward
+
+    return ClipScoreReward()
+
+
 REWARDS: dict[str, Callable[[], Reward]] = {
     "brightness": BrightnessReward,
+    "ocr": _ocr,
+    "geneval": _geneval,
+    "clip": _clip,
 }
+"""Name -> factory. ``ocr``: Tesseract (OCR-mini); ``geneval``: the rule-based GenEval-mini
+detector; ``clip``: a CLIP score from a local model folder (real clusters);
+``brightness``: a trivial reward for smoke tests."""
 
 
 def build_reward(name: str) -> Reward:
     """Construct a reward by name."""
     try:
-        return REWARDS[name]()
+        factory = REWARDS[name]
     except KeyError:
         raise ValueError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARDS))}") from None
+    return factory()
 
 
 __all__ = ["REWARDS", "BrightnessReward", "Reward", "build_reward", "check_images"]

@@ -1,0 +1,135 @@
+"""ClipScoreReward on a tiny random CLIP saved offline and loaded through from_pretrained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spotlight.rewards.hub import ClipScoreReward, find_clip_folder
+
+transformers = pytest.importorskip("transformers")
+
+
+def byte_level_alphabet() -> list[str]:
+    """GPT-2/CLIP's printable stand-ins for the 256 bytes (the byte-level BPE base alphabet)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    keep += range(ord("®"), ord("ÿ") + 1)
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def write_tokenizer(folder: Path) -> int:
+    """vocab.json + merges.txt of a tiny byte-level BPE (bytes, word-final bytes, 'a'+'b')."""
+    alphabet = byte_level_alphabet()
+    tokens = alphabet + [c + "</w>" for c in alphabet] + ["ab", "ab</w>"]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (folder / "merges.txt").write_text("#version: 0.2\na b\na b</w>\n")
+    return len(tokens)
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    folder = tmp_path_factory.mktemp("tiny-clip")
+    vocab_size = write_tokenizer(folder)
+    small = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2}
+    small |= {"num_attention_heads": 2}
+    config = transformers.CLIPConfig(
+        text_config={
+            **small,
+            "vocab_size": vocab_size,
+            "max_position_embeddings": 32,
+            "bos_token_id": vocab_size - 2,
+            "eos_token_id": vocab_size - 1,
+            "pad_token_id": vocab_size - 1,
+        },
+        vision_config={**small, "image_size": 32, "patch_size": 8},
+        projection_dim=16,
+    )
+    torch.manual_seed(0)
+    transformers.CLIPModel(config).save_pretrained(folder)
+    transformers.CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    ).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reward(clip_folder: Path) -> ClipScoreReward:
+    return ClipScoreReward(clip_folder, batch_size=3)
+
+
+def batch(n: int, channels: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, 32, 64, channels), dtype=np.uint8)
+
+
+PROMPTS = ['a sign that says "ABC"', "a red cat", 'a sign that says "ABC"', "ab ab", "x"]
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_shape_range_and_determinism(reward: ClipScoreReward, channels: int) -> None:
+    images = batch(5, channels)
+    out = reward(images, PROMPTS)
+    assert out.shape == (5,) and out.dtype == np.float32
+    assert np.all((out >= 0) & (out <= 1))
+    np.testing.assert_array_equal(out, reward(images, PROMPTS))
+    assert len(np.unique(out)) > 1  # images and prompts differ, so do scores
+
+
+def test_mapping_is_affine_in_the_cosine(reward: ClipScoreReward, clip_folder: Path) -> None:
+    images = batch(5, 3, seed=1)
+    cos = reward.cosine(images, PROMPTS)
+    assert np.all(np.abs(cos) <= 1 + 1e-6)
+    np.testing.assert_allclose(reward(images, PROMPTS), (cos + 1) / 2, atol=1e-6)
+    tight = ClipScoreReward(clip_folder, low=0.0, high=0.5)
+    np.testing.assert_allclose(tight(images, PROMPTS), np.clip(cos / 0.5, 0, 1), atol=1e-6)
+
+
+def test_scores_do_not_depend_on_batching(reward: ClipScoreReward, clip_folder: Path) -> None:
+    images = batch(5, 1, seed=2)
+    one_pass = ClipScoreReward(clip_folder, batch_size=64)
+    np.testing.assert_allclose(reward(images, PROMPTS), one_pass(images, PROMPTS), atol=1e-5)
+    assert reward(images[:0], []).shape == (0,)
+
+
+def test_offline_tokenizer_is_byte_level_bpe(reward: ClipScoreReward) -> None:
+    tok = reward.tokenizer
+    pieces = tok.convert_ids_to_tokens(tok('a "ABC"')["input_ids"])
+    assert pieces == ["<|startoftext|>", "a</w>", '"</w>', "ab", "c</w>", '"</w>', "<|endoftext|>"]
+    assert tok.unk_token_id not in tok("a sign")["input_ids"][1:-1]
+
+
+def test_checks_images(reward: ClipScoreReward) -> None:
+    with pytest.raises(ValueError, match="uint8"):
+        reward(batch(2, 3).astype(np.float32), ["a", "b"])
+    with pytest.raises(ValueError, match=r"\(N, H, W, 1\|3\)"):
+        reward(batch(2, 3)[..., 0], ["a", "b"])
+    with pytest.raises(ValueError, match="2 images but 1 prompts"):
+        reward(batch(2, 3), ["a"])
+    with pytest.raises(ValueError, match="low < high"):
+        ClipScoreReward(Path("unused"), low=1.0, high=1.0)
+
+
+def test_missing_folder_says_how_to_get_the_weights(tmp_path: Path, clip_folder: Path) -> None:
+    missing = tmp_path / "no-such-clip"
+    with pytest.raises(FileNotFoundError, match="huggingface-cli download openai/clip") as e:
+        ClipScoreReward(missing)
+    assert str(missing) in str(e.value) and "does not exist" in str(e.value)
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((clip_folder / "config.json").read_text())
+    with pytest.raises(FileNotFoundError, match=r"lacks weights.*preprocessor_config\.json"):
+        find_clip_folder(partial)
+
+
+def test_default_path_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SPOTLIGHT_CLIP_MODEL", str(tmp_path / "from-env"))
+    with pytest.raises(FileNotFoundError, match="from-env"):
+        ClipScoreReward()

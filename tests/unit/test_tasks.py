@@ -1,0 +1,78 @@
+"""Tasks: deterministic disjoint splits, renders that satisfy their prompts, shipped base models."""
+
+import json
+
+import numpy as np
+import pytest
+
+from spotlight.cli import main
+from spotlight.policies.tiny import TinyPolicy
+from spotlight.pretrain import task_model_config
+from spotlight.recipes import get_recipe
+from spotlight.tasks import TASK_NAMES, base_checkpoint, get_task
+from spotlight.tasks.ocr_mini import target_text
+
+
+def test_ocr_mini_splits_are_fixed_disjoint_and_sized():
+    task = get_task("ocr-mini")
+    train, val = task.prompts("train"), task.prompts("val")
+    assert (len(train), len(val)) == (2000, 256)
+    assert not set(train) & set(val)
+    assert train == get_task("ocr-mini").prompts("train")
+    assert val[:2] == ['a sign that says "RNX"', 'a sign that says "OUF"']  # versioned by seed
+    rng = np.random.default_rng(0)
+    assert not {task.sample_prompt(rng) for _ in range(2000)} & set(val)
+    with pytest.raises(ValueError, match="split"):
+        task.prompts("test")
+
+
+def test_ocr_mini_render_and_target():
+    task = get_task("ocr-mini")
+    img = task.render('a sign that says "QXF"', np.random.default_rng(1))
+    assert img.dtype == np.uint8 and img.shape == (32, 64, 1)
+    assert img.min() <= 60 and img.max() >= 215  # dark text on a light sign
+    assert target_text('a sign that says "AB C"') == "AB C"
+    with pytest.raises(ValueError, match="no quoted target"):
+        target_text("a sign that says nothing")
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_shipped_base_models_load_with_the_task_architecture(name):
+    policy = TinyPolicy.load(base_checkpoint(name))
+    assert policy.config == task_model_config(get_task(name))
+    assert get_recipe(f"tiny-{name.removesuffix('-mini')}").policy.checkpoint == base_checkpoint(
+        name
+    )
+
+
+def test_unknown_task_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        get_task("nope")
+
+
+def test_eval_command_writes_the_documented_fields(tmp_path):
+    out = tmp_path / "ev"
+    rc = main(
+        [
+            "eval",
+            "--task",
+            "geneval-mini",
+            "--num-seeds",
+            "2",
+            "--num-prompts",
+            "2",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    doc = json.loads((out / "eval.json").read_text())
+    assert doc["task"] == "geneval-mini" and doc["checkpoint"] == base_checkpoint("geneval-mini")
+    assert (doc["num_prompts"], doc["num_seeds"]) == (2, 2)
+    assert len(doc["per_prompt"]) == 2
+    row = doc["per_prompt"][0]
+    assert set(row) == {"prompt", "seeds", "rewards"} and row["seeds"] == [0, 1]
+    rewards = [r for p in doc["per_prompt"] for r in p["rewards"]]
+    assert doc["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
