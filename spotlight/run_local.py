@@ -14,10 +14,13 @@ from safetensors.torch import load_file, save_file
 
 from spotlight.config import Config
 from spotlight.loop import ReferenceLoop
+from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
 
 CKPT_DIR = "checkpoint"
+INITIAL_VAL = "val_initial.json"
+"""Validation reward of the starting weights (iteration 0)."""
 
 
 def run_local(
@@ -52,6 +55,7 @@ def run_local(
     val = None
     if start == 0:
         val = loop.evaluate()
+        _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
         _print(
             log,
             f"[spotlight] {cfg.recipe}: {cfg.num_iterations} iterations, "
@@ -70,7 +74,10 @@ def run_local(
         _print(log, _progress_line(m, cfg.num_iterations))
     summary = _summarize(metrics_path, cfg)
     _write_json(out_dir / "summary.json", summary)
-    _print(log, f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, {CKPT_DIR}/)")
+    plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
+    _print(
+        log, f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, reward.png, {CKPT_DIR}/)"
+    )
     return summary
 
 
@@ -86,9 +93,13 @@ def _progress_line(m: dict[str, Any], total: int) -> str:
 def _summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
     vals = [r["val_reward"] for r in rows if "val_reward" in r]
+    initial = metrics_path.parent / INITIAL_VAL
     return {
         "recipe": cfg.recipe,
         "num_iterations": len(rows),
+        "initial_val_reward": (
+            json.loads(initial.read_text())["val_reward"] if initial.exists() else None
+        ),
         "final_val_reward": vals[-1] if vals else None,
         "train_reward_first": rows[0]["train_reward_mean"] if rows else None,
         "train_reward_last": rows[-1]["train_reward_mean"] if rows else None,

@@ -51,6 +51,9 @@ def test_the_loop_raises_the_reward(tmp_path):
     last = sum(r["train_reward_mean"] for r in rows[-3:]) / 3
     assert last > first + 0.02, (first, last)
     assert summary["num_iterations"] == 12 and summary["final_val_reward"] is not None
+    assert summary["initial_val_reward"] is not None
+    png = tmp_path / "run/reward.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
