@@ -111,8 +111,11 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
     """Write weights and optimizer, then state.json (with the weights' sha256) as the commit."""
     ckpt = out_dir / CKPT_DIR
     ckpt.mkdir(exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in loop.policy.state_dict().items()}
-    _atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
+    if hasattr(loop.policy, "save"):  # with architecture metadata: `spotlight eval` can load it
+        _atomic(ckpt / "policy.safetensors", lambda p: loop.policy.save(p))
+    else:
+        state = {k: v.detach().contiguous().cpu() for k, v in loop.policy.state_dict().items()}
+        _atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
     _atomic(ckpt / "optimizer.pt", lambda p: torch.save(loop.optimizer.state_dict(), p))
     _write_json(
         ckpt / "state.json",

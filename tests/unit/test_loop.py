@@ -52,6 +52,9 @@ def test_the_loop_raises_the_reward(tmp_path):
     assert last > first + 0.02, (first, last)
     assert summary["num_iterations"] == 12 and summary["final_val_reward"] is not None
     assert summary["initial_val_reward"] is not None
+    from spotlight.policies.tiny import TinyPolicy
+
+    assert TinyPolicy.load(tmp_path / "run/checkpoint/policy.safetensors").config == SMALL
     png = tmp_path / "run/reward.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
