@@ -13,7 +13,9 @@ Pure tensor math, no model and no Ray: the sampler, the GRPO loss and the tests 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,12 +23,13 @@ import torch
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def time_grid(num_steps: int, shift: float = 1.0) -> list[float]:
+@functools.lru_cache(maxsize=64)
+def time_grid(num_steps: int, shift: float = 1.0) -> tuple[float, ...]:
     """Decreasing times ``t_0 = 1 > t_1 > ... > t_N = 0`` with the SD3 time shift.
 
     ``t' = shift * t / (1 + (shift - 1) * t)`` applied to ``linspace(1, 0, N + 1)``; shift > 1
-    spends more steps at high noise. Returned as Python floats so every process builds the
-    identical grid.
+    spends more steps at high noise. Python floats, so every process builds the identical grid;
+    cached, since the sampler asks for it every step.
     """
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
@@ -36,7 +39,7 @@ def time_grid(num_steps: int, shift: float = 1.0) -> list[float]:
     for i in range(num_steps + 1):
         t = 1.0 - i / num_steps
         grid.append(shift * t / (1.0 + (shift - 1.0) * t))
-    return grid
+    return tuple(grid)
 
 
 def sde_sigma(t: float, eta: float) -> float:
@@ -70,7 +73,7 @@ class StepParams:
     """Standard deviation of the step's Gaussian: sigma * sqrt(t - t_next)."""
 
 
-def step_params(grid: list[float], index: int, eta: float) -> StepParams:
+def step_params(grid: Sequence[float], index: int, eta: float) -> StepParams:
     """Scalars of step ``index`` of ``grid`` (``grid[index] -> grid[index + 1]``)."""
     if not 0 <= index < len(grid) - 1:
         raise ValueError(f"step index {index} outside [0, {len(grid) - 1})")
