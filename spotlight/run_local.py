@@ -32,9 +32,9 @@ def run_local(
 ) -> dict[str, Any]:
     """Run ``cfg.num_iterations`` iterations, writing ``out_dir``; returns the summary.
 
-    ``out_dir`` gets ``config.json``, ``metrics.jsonl`` (one object per iteration),
-    ``checkpoint/`` (after every iteration) and ``summary.json``. With ``resume`` the run
-    continues after the last checkpointed iteration of ``out_dir``.
+    ``out_dir`` gets ``config.json``, ``val_initial.json``, ``metrics.jsonl`` (one object per
+    iteration), ``checkpoint/`` (after every iteration), ``summary.json`` and ``reward.png``.
+    With ``resume`` the run continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
     loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
@@ -51,8 +51,7 @@ def run_local(
         _write_json(out_dir / "config.json", cfg.to_dict())
     metrics_path = out_dir / "metrics.jsonl"
     _truncate_metrics(metrics_path, start)
-    t_start = time.perf_counter()
-    val = None
+    t_start = time.perf_counter() - _last_wall_s(metrics_path)  # wall_s continues on resume
     if start == 0:
         val = loop.evaluate()
         _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
@@ -146,6 +145,14 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     loop.weights_version = state["weights_version"]
     return state["iterations_done"]
+
+
+def _last_wall_s(path: Path) -> float:
+    """``wall_s`` of the last row of a metrics file (0 when there is none)."""
+    if not path.exists():
+        return 0.0
+    rows = [line for line in path.read_text().splitlines() if line]
+    return float(json.loads(rows[-1])["wall_s"]) if rows else 0.0
 
 
 def _truncate_metrics(path: Path, keep_below: int) -> None:

@@ -68,6 +68,8 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     rows_a = (straight / "metrics.jsonl").read_text().splitlines()
     rows_b = (split / "metrics.jsonl").read_text().splitlines()
     assert len(rows_b) == 4  # nothing trained twice, nothing skipped
+    walls = [json.loads(r)["wall_s"] for r in rows_b]
+    assert walls == sorted(walls)  # the clock continues across the resume
     for a, b in zip(rows_a, rows_b, strict=True):
         a, b = json.loads(a), json.loads(b)
         assert a["train_reward_mean"] == b["train_reward_mean"]
