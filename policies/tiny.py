@@ -129,6 +129,10 @@ class TinyPolicy(nn.Module):
         return super().load_state_dict(state, strict=strict, assign=assign)
 
     # -- Checkpoints -----------------------------------------------------------------------
+    def checkpoint_metadata(self) -> dict[str, str]:
+        """Safetensors metadata naming the architecture (what :meth:`load` checks)."""
+        return {FORMAT_KEY: self.name, "config": json.dumps(dataclasses.asdict(self.config))}
+
     def save(
         self,
         path: str | Path,
@@ -139,8 +143,7 @@ class TinyPolicy(nn.Module):
 
         Loading casts back to the model's float32, so a float16 file is half the size.
         """
-        metadata = {FORMAT_KEY: self.name, "config": json.dumps(dataclasses.asdict(self.config))}
-        metadata.update(extra_metadata or {})
+        metadata = {**self.checkpoint_metadata(), **(extra_metadata or {})}
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(path), metadata=metadata)
 

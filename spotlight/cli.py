@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from spotlight.config import Config
+from spotlight.costs import PriceTable
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
 
 
@@ -25,14 +26,32 @@ def _train(args: argparse.Namespace) -> int:
             cfg, policy=dataclasses.replace(cfg.policy, checkpoint=args.checkpoint)
         )
     cfg.validate()
-    from spotlight.run_local import run_local  # torch/diffusers import: after argument checks
-
     if args.resume is not None:
         out, resume = Path(args.resume), True
     else:
         out = Path(args.out or f"runs/{cfg.recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
         resume = False
-    run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
+    if args.runner == "local":
+        from spotlight.run_local import run_local  # torch import: after argument checks
+
+        run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
+        return 0
+    from spotlight.controller import RayOptions, run_ray
+    from spotlight.costs import PriceTable
+
+    opts = RayOptions(
+        num_samplers=args.samplers,
+        num_train_workers=args.train_workers,
+        threads_per_worker=args.threads,
+        trainer_threads=args.trainer_threads,
+        device=args.device,
+        prices=PriceTable(
+            on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
+        ),
+        wandb=not args.no_wandb,
+    )
+    opts.validate()
+    run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
     return 0
 
 
@@ -100,7 +119,7 @@ def _eval(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotlight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="run Flow-GRPO training (single process for now)")
+    train = sub.add_parser("train", help="run Flow-GRPO training (on Ray by default)")
     train.add_argument(
         "--recipe",
         choices=sorted(RECIPES),
@@ -111,6 +130,37 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--checkpoint", help="policy checkpoint / model folder to start from")
     train.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    train.add_argument(
+        "--runner",
+        choices=["ray", "local"],
+        default="ray",
+        help="ray: the Serve/Train job (a local Ray unless RAY_ADDRESS is set); "
+        "local: the single-process reference loop",
+    )
+    train.add_argument("--samplers", type=int, default=2, help="sampler replicas (ray runner)")
+    train.add_argument(
+        "--train-workers", type=int, default=1, help="Ray Train data-parallel workers"
+    )
+    train.add_argument(
+        "--threads", type=int, default=1, help="torch threads per sampler / reward replica"
+    )
+    train.add_argument(
+        "--trainer-threads", type=int, default=2, help="torch threads per Ray Train worker"
+    )
+    train.add_argument("--no-wandb", action="store_true", help="do not log to W&B")
+    prices = PriceTable()
+    train.add_argument(
+        "--on-demand-usd-per-gpu-h",
+        type=float,
+        default=prices.on_demand_usd_per_gpu_h,
+        help="on-demand GPU price (default: AWS p5.48xlarge per GPU; see spotlight/costs.py)",
+    )
+    train.add_argument(
+        "--spot-discount",
+        type=float,
+        default=prices.spot_discount,
+        help="spot price = on-demand x (1 - discount)",
+    )
     train.set_defaults(func=_train)
 
     pre = sub.add_parser("pretrain", help="flow-matching pretraining of a tiny base model")

@@ -42,6 +42,24 @@ def iteration_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[
     return prompts, seeds
 
 
+def score_groups(rewards: torch.Tensor, cfg: Config) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Group advantages of an iteration's flat rewards (prompt-major, G per prompt) and the
+    metrics both loops report: mean reward, mean group std, zero-variance groups."""
+    grouped = rewards.view(-1, cfg.grpo.group_size)
+    advantages = group_advantages(grouped, cfg.grpo.adv_eps, cfg.grpo.adv_clip)
+    group_std = grouped.double().std(dim=1, unbiased=False)
+    return advantages, {
+        "train_reward_mean": float(grouped.mean()),
+        "group_reward_std_mean": float(group_std.mean()),
+        "zero_std_groups": int((group_std < 1e-6).sum()),
+    }
+
+
+def update_seed(cfg: Config, iteration: int) -> int:
+    """Seed of iteration ``iteration``'s update (timestep subset, chunk order)."""
+    return int(iteration_rng(cfg.seed, iteration, 1).integers(_SEED_SPACE))
+
+
 def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:
     """Training pool and validation prompts (disjoint).
 
@@ -83,8 +101,8 @@ class ReferenceLoop:
         prompts, seeds = iteration_batch(cfg, self.train_prompts, iteration)
         trajectories = sample(self.policy, prompts, seeds, cfg.sampler, self.weights_version)
         images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
-        rewards = torch.from_numpy(self.reward(images, prompts)).view(-1, cfg.grpo.group_size)
-        advantages = group_advantages(rewards, cfg.grpo.adv_eps, cfg.grpo.adv_clip)
+        rewards = torch.from_numpy(self.reward(images, prompts))
+        advantages, group_stats = score_groups(rewards, cfg)
         t1 = time.perf_counter()
         stats = grpo_update(
             self.policy,
@@ -92,18 +110,15 @@ class ReferenceLoop:
             trajectories,
             advantages,
             cfg.grpo,
-            seed=int(iteration_rng(cfg.seed, iteration, 1).integers(_SEED_SPACE)),
+            seed=update_seed(cfg, iteration),
             ref_policy=self.ref_policy,
         )
         t2 = time.perf_counter()
         self.weights_version += 1
-        group_std = rewards.double().std(dim=1, unbiased=False)
         return {
             "iteration": iteration,
             "weights_version": self.weights_version,
-            "train_reward_mean": float(rewards.mean()),
-            "group_reward_std_mean": float(group_std.mean()),
-            "zero_std_groups": int((group_std < 1e-6).sum()),
+            **group_stats,
             "num_samples": len(trajectories),
             "sample_s": t1 - t0,
             "train_s": t2 - t1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
@@ -33,13 +34,28 @@ def grpo_update(
     cfg: GRPOConfig,
     seed: int,
     ref_policy: Policy | None = None,
+    shard: tuple[int, int] = (0, 1),
+    grad_sync: Callable[[list[torch.nn.Parameter]], None] | None = None,
 ) -> dict[str, float]:
     """Replay the trajectories under the current weights and take GRPO optimizer steps.
 
     Samples are shuffled (seeded) into chunks of ``cfg.train_batch_size``; each chunk
     accumulates the loss over the selected steps and takes one optimizer step; this repeats for
     ``cfg.num_inner_epochs``. Returns the mean of each loss statistic.
+
+    Data parallel: with ``shard=(rank, world)`` this process replays only ``chunk[rank::world]``
+    of each chunk, and ``grad_sync`` (e.g. an all-reduce mean) runs on the gradients before
+    each optimizer step; with equal slices that is the full chunk's gradient. Every rank draws
+    the same chunks (same seed), so the slices partition the batch.
     """
+    rank, world = shard
+    if not 0 <= rank < world:
+        raise ValueError(f"shard {shard}: need 0 <= rank < world")
+    if world > 1 and min(cfg.train_batch_size, len(trajectories)) < world:
+        raise ValueError(
+            f"{world} data-parallel ranks need chunks of at least {world} samples "
+            f"(train_batch_size {cfg.train_batch_size}, {len(trajectories)} trajectories)"
+        )
     if len(trajectories) != advantages.numel():
         raise ValueError(f"{len(trajectories)} trajectories but {advantages.numel()} advantages")
     unfinished = [i for i, tr in enumerate(trajectories) if not tr.done]
@@ -58,13 +74,16 @@ def grpo_update(
         order = list(range(len(trajectories)))
         rng.shuffle(order)
         for lo in range(0, len(order), cfg.train_batch_size):
-            chunk = [trajectories[i] for i in order[lo : lo + cfg.train_batch_size]]
-            adv = advantages.flatten()[order[lo : lo + cfg.train_batch_size]]
+            idx = order[lo : lo + cfg.train_batch_size][rank::world]
+            chunk = [trajectories[i] for i in idx]
+            adv = advantages.flatten()[idx]
             optimizer.zero_grad(set_to_none=True)
-            for j, p in zip(steps, params, strict=True):
+            for j, p in zip(steps, params, strict=True) if chunk else ():
                 loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
                 (loss / len(steps)).backward()
                 history.append(stats)
+            if grad_sync is not None:
+                grad_sync(policy.trainable_parameters())
             grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
     out = {k: sum(getattr(s, k) for s in history) / len(history) for k in asdict(history[0])}
     out["grad_norm"] = sum(grad_norms) / len(grad_norms)

@@ -1,0 +1,103 @@
+"""The ``WeightBroadcast`` detached actor: versioned, checksummed policy weights.
+
+The trainer publishes each new version as safetensors bytes with its sha256; the actor verifies
+them and ``ray.put``s them itself, so the object outlives the trainer worker that made it (an
+object put by a Train worker dies with the worker). It keeps the newest ``keep`` versions, which
+bounds how stale a reader may be.
+
+Readers call :func:`fetch_weights`: it gets the version's object reference from the actor and
+the bytes from the object store. Ray keeps one copy per node: the first replica on a node pulls
+the bytes over the network, the others on that node read the node's shared-memory copy. Every
+reader verifies the checksum (:func:`spotlight.weights.unpack_state`), so a partial or corrupted
+version raises instead of being sampled from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import ray
+
+from spotlight.weights import WeightsCorrupted, WeightsHeader, checksum, unpack_state
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+class WeightBroadcast:
+    def __init__(self, keep: int = 3):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self._keep = keep
+        self._versions: dict[int, tuple[WeightsHeader, ray.ObjectRef]] = {}
+        self._published_at: dict[int, float] = {}
+
+    def publish(self, header: WeightsHeader, data: bytes) -> None:
+        """Verify and store a version; a mismatching checksum or length is refused."""
+        if len(data) != header.num_bytes or checksum(data) != header.sha256:
+            raise WeightsCorrupted(
+                f"publish v{header.version}: bytes do not match the header "
+                f"({len(data)} bytes, expected {header.num_bytes}); version refused"
+            )
+        self._versions[header.version] = (header, ray.put(data))
+        self._published_at[header.version] = time.time()
+        for old in sorted(self._versions)[: -self._keep]:
+            del self._versions[old]
+            self._published_at.pop(old, None)
+
+    def latest(self) -> WeightsHeader | None:
+        return self._versions[max(self._versions)][0] if self._versions else None
+
+    def header(self, version: int) -> WeightsHeader | None:
+        entry = self._versions.get(version)
+        return entry[0] if entry else None
+
+    def get(self, version: int) -> tuple[WeightsHeader, list[ray.ObjectRef]] | None:
+        """The header and ``[ref]`` of ``version`` (a list, so Ray does not resolve the ref)."""
+        entry = self._versions.get(version)
+        return (entry[0], [entry[1]]) if entry else None
+
+    def published_at(self, version: int) -> float | None:
+        """Wall-clock time the version was published (for pick-up latency figures)."""
+        return self._published_at.get(version)
+
+    def versions(self) -> list[int]:
+        return sorted(self._versions)
+
+    def clear(self) -> None:
+        self._versions.clear()
+        self._published_at.clear()
+
+
+def publish_weights(broadcast, version: int, iteration: int, data: bytes) -> WeightsHeader:
+    """Publish ``data`` as ``version`` (blocks until the actor has stored it)."""
+    header = WeightsHeader(version, checksum(data), len(data), iteration)
+    ray.get(broadcast.publish.remote(header, data))
+    return header
+
+
+def fetch_weights(broadcast, version: int, timeout_s: float = 300.0):
+    """Wait for ``version``, read its bytes and verify them: ``(header, state_dict)``.
+
+    Raises:
+        WeightsCorrupted: the bytes do not match the header.
+        TimeoutError: the version did not appear within ``timeout_s``.
+        LookupError: the version was published and has since been dropped (too stale).
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        entry = ray.get(broadcast.get.remote(version))
+        if entry is not None:
+            header, (ref,) = entry
+            return header, unpack_state(ray.get(ref), header)
+        kept = ray.get(broadcast.versions.remote())
+        if kept and version < kept[0]:
+            raise LookupError(f"weights v{version} is gone; the broadcast keeps {kept}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"weights v{version} not published within {timeout_s:.0f} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def header_dict(header: WeightsHeader) -> dict:
+    return dataclasses.asdict(header)

@@ -1,0 +1,644 @@
+"""The main job's driver on Ray: Serve samplers on spot, a Ray Train trainer, detached actors.
+
+``spotlight train`` runs :func:`run_ray`. On a laptop it starts a local Ray whose ``spot`` and
+``on_demand`` capacity are virtual resources; under ``ray job submit`` (or with ``RAY_ADDRESS``)
+it joins that cluster. One iteration:
+
+1. wait until the trainer has published the weights version of this iteration;
+2. submit the iteration's rollout items (the same (prompt, seed) pairs the single-process loop
+   draws) to the ``RequestQueue``; sampler replicas pull them, sample with that version, have the
+   reward deployment score them and complete them;
+3. compute group advantages and post the training batch for the trainer;
+4. wait for the trainer's update: it has published version + 1 by then;
+5. write the metrics row (with GPU-seconds by pool and cost), then the checkpoint (the commit);
+   score the validation prompts through the replicas when due.
+
+A restarted driver (``--resume DIR``) continues after the last checkpointed iteration: the
+trainer starts from that checkpoint and publishes its version, finished queue items of the
+interrupted iteration are reused (their ids are deterministic), nothing is trained twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from spotlight.config import Config
+from spotlight.costs import Ledger, PriceTable
+from spotlight.loop import iteration_batch, prompt_sets, score_groups, update_seed
+from spotlight.run_local import (
+    CKPT_DIR,
+    INITIAL_VAL,
+    _atomic,
+    _last_wall_s,
+    _print,
+    _sha256,
+    _truncate_metrics,
+    _write_json,
+)
+
+APP_NAME = "spotlight"
+TRAIN_DIR = "ray_train"
+BANDIT_FILE = "bandit_state.json"
+WAIT_SLICE_S = 1.0
+"""Long-poll slice: the controller accounts time and checks the trainer at least this often."""
+
+
+@dataclass
+class RayOptions:
+    """Where and how wide the job runs (the algorithm is in :class:`Config`)."""
+
+    address: str | None = None
+    """Ray cluster to join; None: RAY_ADDRESS, else start a local Ray."""
+    num_samplers: int = 2
+    """Sampler replicas (the autoscaler's upper bound; at least one is kept)."""
+    num_train_workers: int = 1
+    """Ray Train workers (data parallel)."""
+    threads_per_worker: int = 1
+    """torch threads per sampler / reward replica (CPU)."""
+    trainer_threads: int = 2
+    """torch threads per train worker (CPU). Locally sampling and training alternate, so the
+    trainer may use the cores the replicas use while they wait."""
+    device: str = "cpu"
+    prices: PriceTable = field(default_factory=PriceTable)
+    wandb: bool = True
+    """Log to W&B (offline unless WANDB_MODE / WANDB_API_KEY say otherwise)."""
+    item_timeout_s: float = 1800.0
+    """Give up when an iteration's items are not all done after this long."""
+    progress_every_s: float = 10.0
+    """Status line interval while waiting."""
+    keep_cluster_state: bool = False
+    """Leave the Serve app and detached actors running at the end (default: clean up)."""
+
+    def validate(self) -> None:
+        counts = {
+            "samplers": self.num_samplers,
+            "train workers": self.num_train_workers,
+            "threads": self.threads_per_worker,
+            "trainer threads": self.trainer_threads,
+        }
+        bad = [f"{k} ({v})" for k, v in counts.items() if v < 1]
+        if bad:
+            raise ValueError(f"must be >= 1: {', '.join(bad)}")
+
+
+def local_resources(opts: RayOptions) -> dict[str, float]:
+    """Virtual resources of the embedded local Ray (the roles of cluster.yaml's node types)."""
+    from spotlight.actors import names
+
+    return {
+        names.RESOURCE_SPOT: 1.0,
+        names.RESOURCE_ON_DEMAND: 1.0,
+        names.RESOURCE_CONTROL: 1.0,
+        names.RESOURCE_SAMPLER: float(opts.num_samplers),
+        names.RESOURCE_TRAINER: float(opts.num_train_workers),
+    }
+
+
+def connect(opts: RayOptions) -> bool:
+    """Join the cluster (or start the local one). Returns True when Ray was started here."""
+    import ray
+
+    from spotlight.actors.names import NAMESPACE
+
+    address = opts.address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        return False
+    env = {"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
+        return False
+    ray.init(
+        num_cpus=opts.num_samplers + opts.num_train_workers + 2,
+        resources=local_resources(opts),
+        namespace=NAMESPACE,
+        include_dashboard=False,
+        runtime_env=env,
+    )
+    return True
+
+
+def check_capacity(opts: RayOptions) -> None:
+    """Refuse a cluster that cannot host samplers or the trainer, before any work starts."""
+    import ray
+
+    from spotlight.actors import names
+
+    res = ray.cluster_resources()
+    missing = []
+    if res.get(names.RESOURCE_SAMPLER, 0) < 1:
+        missing.append(
+            f"no '{names.RESOURCE_SAMPLER}' resource for sampler replicas (spot or on-demand"
+            " sampler nodes; see cluster.yaml)"
+        )
+    if res.get(names.RESOURCE_TRAINER, 0) < opts.num_train_workers:
+        missing.append(
+            f"'{names.RESOURCE_TRAINER}' capacity {res.get(names.RESOURCE_TRAINER, 0):g} is less"
+            f" than the {opts.num_train_workers} trainer workers asked for (on-demand trainer"
+            " nodes; see cluster.yaml)"
+        )
+    if res.get(names.RESOURCE_SPOT, 0) <= 0 and res.get(names.RESOURCE_ON_DEMAND, 0) <= 0:
+        missing.append("neither 'spot' nor 'on_demand' nodes")
+    if missing:
+        raise ValueError("this Ray cluster cannot run the job: " + "; ".join(missing))
+
+
+def run_id_of(out_dir: Path, cfg: Config) -> str:
+    """Identifies a run across driver restarts (same folder, same recipe)."""
+    return hashlib.sha256(f"{out_dir.resolve()}|{cfg.recipe}".encode()).hexdigest()[:16]
+
+
+class Controller:
+    """State of one driver process (see the module docstring)."""
+
+    def __init__(self, cfg: Config, out_dir: Path, opts: RayOptions, log: TextIO | None):
+        self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
+        self.train_prompts, self.val_prompts = prompt_sets(cfg)
+        self.ledger = Ledger(opts.prices)
+        self.preemptions = 0
+        self.items_resumed = 0
+        self.items_lost = 0
+        self.pickup_s: list[float] = []
+        self._trainer_thread: threading.Thread | None = None
+        self._trainer_error: BaseException | None = None
+        self._last_tick = time.monotonic()
+        self._tracker = None
+
+    # -- Setup ---------------------------------------------------------------------------
+    def start(self, resume: bool) -> tuple[int, int]:
+        """Actors, Serve app and trainer; returns (iterations done, weights version)."""
+        import ray
+
+        from spotlight.actors.handles import ensure_actors
+
+        self.actors = ensure_actors(bandit_path=str((self.out_dir / BANDIT_FILE).resolve()))
+        kept = ray.get(self.actors.queue.open_run.remote(run_id_of(self.out_dir, self.cfg)))
+        ray.get(self.actors.queue.clear_mailbox.remote())
+        ray.get(self.actors.broadcast.clear.remote())
+        ray.get(self.actors.queue.cancel.remote())
+        start, version, initial = 0, 0, None
+        if resume:
+            start, version, initial = self._load_checkpoint()
+        _print(
+            self.log,
+            f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
+            f"replica(s), {self.opts.num_train_workers} trainer worker(s)"
+            + ("; reusing the queue's finished items" if kept else ""),
+        )
+        self._start_serve()
+        self._start_trainer(start, version, initial)
+        return start, version
+
+    def _start_serve(self) -> None:
+        from ray import serve
+
+        from spotlight.actors import names
+        from spotlight.deployments.sampler import ReplicaSpec, RewardScorer, SamplerReplica
+
+        cfg, opts = self.cfg, self.opts
+        spec = ReplicaSpec(
+            policy=dataclasses.asdict(cfg.policy),
+            sampler=dataclasses.asdict(cfg.sampler),
+            threads=opts.threads_per_worker,
+            device=opts.device,
+        )
+        gpu = opts.device.startswith("cuda")
+        sampler_opts = {
+            "num_cpus": 1,
+            "num_gpus": 1 if gpu else 0,
+            "resources": {names.RESOURCE_SAMPLER: 1},
+        }
+        reward = RewardScorer.options(ray_actor_options={"num_cpus": 1}).bind(
+            cfg.reward, opts.threads_per_worker
+        )
+        app = SamplerReplica.options(
+            ray_actor_options=sampler_opts,
+            autoscaling_config=_autoscaling(opts.num_samplers),
+            health_check_period_s=2,
+        ).bind(spec, reward)
+        quiet = {"log_level": "WARNING", "enable_access_log": False}
+        serve.start(proxy_location="Disabled", logging_config=quiet)
+        t0 = time.perf_counter()
+        serve.run(app, name=APP_NAME, route_prefix=None, logging_config=quiet)
+        _print(self.log, f"[spotlight] serve app up in {time.perf_counter() - t0:.1f} s")
+
+    def _start_trainer(self, start: int, version: int, initial) -> None:
+        import ray
+        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        from spotlight.actors import names
+        from spotlight.trainer import train_loop
+
+        opts = self.opts
+        gpu = opts.device.startswith("cuda")
+        per_worker = {"CPU": 1, names.RESOURCE_TRAINER: 1}
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config={
+                "cfg": self.cfg.to_dict(),
+                "start": start,
+                "start_version": version,
+                "initial": [ray.put(initial)] if initial is not None else None,
+                "threads": opts.trainer_threads,
+                "device": opts.device,
+                "batch_timeout_s": opts.item_timeout_s,
+            },
+            scaling_config=ScalingConfig(
+                num_workers=opts.num_train_workers, use_gpu=gpu, resources_per_worker=per_worker
+            ),
+            run_config=RunConfig(
+                name=f"trainer-{run_id_of(self.out_dir, self.cfg)}-{start}-{time.time_ns()}",
+                storage_path=str((self.out_dir / TRAIN_DIR).resolve()),
+                checkpoint_config=CheckpointConfig(num_to_keep=2),
+                failure_config=FailureConfig(max_failures=2),
+            ),
+        )
+
+        def fit() -> None:
+            try:
+                trainer.fit()
+            except BaseException as e:  # re-raised by the controller's wait loops
+                self._trainer_error = e
+
+        self._trainer_thread = threading.Thread(target=fit, name="trainer-fit", daemon=True)
+        self._trainer_thread.start()
+
+    # -- Waiting -------------------------------------------------------------------------
+    def _tick(self, progress: str | None = None) -> None:
+        """Account held GPU time since the last tick; fail fast when the trainer died."""
+        import ray
+
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        stats = ray.get(self.actors.queue.stats.remote())
+        self.queue_stats = stats
+        for pool, n in stats["workers_by_pool"].items():
+            self.ledger.hold(pool, n, dt)
+        if self._trainer_thread is not None and self._trainer_thread.is_alive():
+            self.ledger.hold("on_demand", self.opts.num_train_workers, dt)
+        if self._trainer_error is not None:
+            raise RuntimeError(f"the trainer failed: {self._trainer_error}") from (
+                self._trainer_error
+            )
+
+    def _wait(self, what: str, poll, timeout_s: float, status=None):
+        """Call ``poll(wait_s)`` (a long-poll of up to ``wait_s``) until it returns something
+        not None, accounting time and printing ``status()`` every ``progress_every_s``."""
+        deadline = time.monotonic() + timeout_s
+        last_print = time.monotonic()
+        while True:
+            value = poll(WAIT_SLICE_S)
+            self._tick()
+            if value is not None:
+                return value
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s")
+            if status is not None and now - last_print > self.opts.progress_every_s:
+                _print(self.log, status())
+                last_print = now
+
+    def wait_version(self, version: int) -> None:
+        import ray
+
+        b = self.actors.broadcast
+
+        def poll(wait_s: float):
+            t_end = time.monotonic() + wait_s
+            delay = 0.005
+            while True:
+                header = ray.get(b.header.remote(version))
+                if header is not None or time.monotonic() > t_end:
+                    return header
+                time.sleep(delay)
+                delay = min(2 * delay, 0.1)
+
+        self._wait(
+            f"weights v{version}",
+            poll,
+            self.opts.item_timeout_s,
+            lambda: f"  waiting for the trainer to publish weights v{version}",
+        )
+
+    def run_items(self, items: list, label: str) -> dict[str, Any]:
+        """Submit items and wait for all results (already finished ones are reused)."""
+        import ray
+
+        q = self.actors.queue
+        ids = [it.item_id for it in items]
+        queued = ray.get(q.submit.remote(items))
+        self.items_resumed += len(items) - queued
+        done: dict[str, Any] = {}
+
+        def poll(wait_s: float):
+            done.update(ray.get(q.wait_results.remote(ids, wait_s)))
+            return done if len(done) == len(ids) else None
+
+        def status():
+            s = self.queue_stats
+            return (
+                f"  {label}: {len(done)}/{len(ids)} items, queue depth {s['pending']}, "
+                f"leased {s['leased']}, replicas {s['workers_by_pool']}, "
+                f"${self.ledger.cost_usd():.4f}"
+            )
+
+        self._wait(label, poll, self.opts.item_timeout_s, status)
+        ray.get(q.forget.remote(ids))
+        for r in done.values():
+            self.ledger.busy(r.pool, r.busy_s)
+        return done
+
+    # -- One iteration -------------------------------------------------------------------
+    def iteration(self, it: int, version: int) -> dict[str, Any]:
+        import ray
+        import torch
+
+        from spotlight.trainer import train_batch_key, update_key
+        from spotlight.work_queue import WorkItem
+
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.wait_version(version)
+        prompts, seeds = iteration_batch(cfg, self.train_prompts, it)
+        n = cfg.sampler.batch_size
+        items = [
+            WorkItem(
+                f"r{it}-v{version}-{k}",
+                "rollout",
+                it,
+                version,
+                tuple(prompts[lo : lo + n]),
+                tuple(seeds[lo : lo + n]),
+            )
+            for k, lo in enumerate(range(0, len(prompts), n))
+        ]
+        results = self.run_items(items, f"iteration {it + 1} rollout")
+        rewards, trajectories = [], []
+        for item in items:
+            r = results[item.item_id]
+            rewards.extend(r.rewards)
+            trajectories.extend(r.trajectories)
+        advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg)
+        t1 = time.perf_counter()
+        batch = {
+            "trajectories": trajectories,
+            "advantages": advantages.flatten().tolist(),
+            "seed": update_seed(cfg, it),
+        }
+        q = self.actors.queue
+        ray.get(q.post.remote(train_batch_key(it), [ray.put(batch)]))
+        update = self._wait(
+            f"update of iteration {it}",
+            lambda wait_s: ray.get(q.wait_post.remote(update_key(it), wait_s)),
+            self.opts.item_timeout_s,
+            lambda: f"  iteration {it + 1}: waiting for the trainer's update",
+        )
+        ray.get(q.take.remote(train_batch_key(it)))
+        ray.get(q.take.remote(update_key(it)))
+        self.ledger.busy("on_demand", update["train_s"] * update["world_size"])
+        self._pending_optimizer = ray.get(update["optimizer"][0])
+        t2 = time.perf_counter()
+        loss = {
+            f"loss/{k}": v
+            for k, v in update.items()
+            if k not in ("iteration", "weights_version", "train_s", "world_size", "optimizer")
+        }
+        return {
+            "iteration": it,
+            "weights_version": update["weights_version"],
+            **group_stats,
+            "num_samples": len(trajectories),
+            "sample_s": t1 - t0,
+            "train_s": t2 - t1,
+            "trainer_update_s": update["train_s"],
+            **loss,
+        }
+
+    def evaluate(self, it: int, version: int) -> float:
+        """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
+        from spotlight.work_queue import WorkItem
+
+        self.wait_version(version)
+        flat = [(p, s) for p in self.val_prompts for s in range(self.cfg.num_val_seeds)]
+        n = self.cfg.sampler.batch_size
+        items = [
+            WorkItem(
+                f"v{it}-v{version}-{k}",
+                "val",
+                it,
+                version,
+                tuple(p for p, _ in flat[lo : lo + n]),
+                tuple(s for _, s in flat[lo : lo + n]),
+            )
+            for k, lo in enumerate(range(0, len(flat), n))
+        ]
+        results = self.run_items(items, f"validation at v{version}")
+        rewards = [r for item in items for r in results[item.item_id].rewards]
+        return sum(rewards) / len(rewards)
+
+    # -- Checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self, done: int, version: int) -> None:
+        import ray
+
+        ckpt = self.out_dir / CKPT_DIR
+        ckpt.mkdir(exist_ok=True)
+        header, (ref,) = ray.get(self.actors.broadcast.get.remote(version))
+        from spotlight.weights import unpack_state
+
+        data = ray.get(ref)
+        unpack_state(data, header)  # verify before it becomes the run's checkpoint
+        _atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
+        opt = self._pending_optimizer
+        _atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
+        _write_json(
+            ckpt / "state.json",
+            {
+                "iterations_done": done,
+                "weights_version": version,
+                "recipe": self.cfg.recipe,
+                "policy_sha256": _sha256(ckpt / "policy.safetensors"),
+                "ledger": self.ledger.to_dict(),
+                "counters": {
+                    "preemptions": self.preemptions,
+                    "items_resumed": self.items_resumed,
+                    "items_lost": self.items_lost,
+                },
+            },
+        )
+
+    def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, bytes]]:
+        ckpt = self.out_dir / CKPT_DIR
+        if not (ckpt / "state.json").exists():
+            raise ValueError(
+                f"--resume {self.out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
+                " or it stopped before its first iteration finished)"
+            )
+        state = json.loads((ckpt / "state.json").read_text())
+        if state["recipe"] != self.cfg.recipe:
+            raise ValueError(
+                f"--resume {self.out_dir}: that run used recipe {state['recipe']!r}, "
+                f"not {self.cfg.recipe!r}"
+            )
+        if _sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
+            raise ValueError(
+                f"--resume {self.out_dir}: policy.safetensors does not match its checksum"
+            )
+        if "ledger" in state:
+            self.ledger.load(state["ledger"])
+            c = state.get("counters", {})
+            self.preemptions = c.get("preemptions", 0)
+            self.items_resumed = c.get("items_resumed", 0)
+            self.items_lost = c.get("items_lost", 0)
+        initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
+        return state["iterations_done"], state["weights_version"], initial
+
+    def finish(self) -> None:
+        if self._trainer_thread is not None:
+            self._trainer_thread.join(timeout=120)
+        if self._trainer_error is not None:
+            raise RuntimeError(f"the trainer failed: {self._trainer_error}")
+
+
+def _autoscaling(max_replicas: int) -> dict[str, Any]:
+    """Serve autoscaling driven by the request queue's depth (spotlight.deployments.scaling)."""
+    return {
+        "min_replicas": 1,
+        "initial_replicas": max_replicas,
+        "max_replicas": max_replicas,
+        "upscale_delay_s": 1.0,
+        "downscale_delay_s": 60.0,
+        "policy": {"policy_function": "spotlight.deployments.scaling:queue_depth_policy"},
+    }
+
+
+def run_ray(
+    cfg: Config,
+    out_dir: Path,
+    resume: bool = False,
+    opts: RayOptions | None = None,
+    log: TextIO | None = None,
+) -> dict[str, Any]:
+    """Run ``cfg`` on Ray, writing ``out_dir`` (the layout of ``run_local`` plus ``report.png``
+    and the cost fields); returns the summary."""
+    import ray
+
+    from spotlight.tracking import Tracker
+
+    opts = opts or RayOptions()
+    cfg.validate()
+    opts.validate()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        if (out_dir / CKPT_DIR / "state.json").exists():
+            raise ValueError(
+                f"{out_dir} already holds a run; pass --resume {out_dir} to continue"
+                " it or choose another --out"
+            )
+        _write_json(out_dir / "config.json", cfg.to_dict())
+    started_here = connect(opts)
+    ctl = Controller(cfg, out_dir, opts, log)
+    try:
+        check_capacity(opts)
+        start, version = ctl.start(resume)
+        metrics_path = out_dir / "metrics.jsonl"
+        _truncate_metrics(metrics_path, start)
+        t_start = time.perf_counter() - _last_wall_s(metrics_path)
+        tracker = Tracker(cfg, out_dir, enabled=opts.wandb, resume=resume)
+        ctl._tick()
+        if start == 0:
+            val = ctl.evaluate(-1, version)
+            _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
+            tracker.log({"val_reward": val, "iteration": 0, "weights_version": version})
+            _print(
+                log,
+                f"[spotlight] {cfg.recipe} on Ray: {cfg.num_iterations} iterations, "
+                f"validation reward before training {val:.4f}",
+            )
+        for it in range(start, cfg.num_iterations):
+            m = ctl.iteration(it, version)
+            version = m["weights_version"]
+            last = it == cfg.num_iterations - 1
+            if (it + 1) % cfg.val_every == 0 or last:
+                m["val_reward"] = ctl.evaluate(it, version)
+            ctl._tick()
+            m.update(ctl.ledger.snapshot())
+            m.update(
+                wall_s=time.perf_counter() - t_start,
+                preemptions=ctl.preemptions,
+                items_resumed=ctl.items_resumed,
+                items_lost=ctl.items_lost,
+                queue_depth=ctl.queue_stats["pending"],
+                duplicates_ignored=ctl.queue_stats["duplicates_ignored"],
+                replicas=ctl.queue_stats["workers_by_pool"],
+            )
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(m) + "\n")
+            ctl.save_checkpoint(it + 1, version)
+            tracker.log(m)
+            _print(log, _progress(m, cfg.num_iterations))
+        ctl.finish()
+        summary = _summary(metrics_path, cfg, ctl)
+        _write_json(out_dir / "summary.json", summary)
+        from spotlight.plots import plot_report, plot_rewards
+
+        plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
+        plot_report(out_dir, title=f"{cfg.recipe} on Ray: {out_dir.name}")
+        tracker.finish(summary)
+        _print(
+            log,
+            f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, report.png, {CKPT_DIR}/)",
+        )
+        return summary
+    finally:
+        if not opts.keep_cluster_state:
+            _cleanup()
+        if started_here:
+            ray.shutdown()
+
+
+def _cleanup() -> None:
+    from ray import serve
+
+    from spotlight.actors.handles import kill_actors
+
+    with contextlib.suppress(Exception):
+        serve.delete(APP_NAME)
+    kill_actors()
+
+
+def _progress(m: dict[str, Any], total: int) -> str:
+    val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
+    return (
+        f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
+        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']} "
+        f"queue {m['queue_depth']} cost ${m['cost_usd']:.4f} "
+        f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
+    )
+
+
+def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]:
+    from spotlight.run_local import _summarize
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    out = _summarize(metrics_path, cfg)
+    out.update(ctl.ledger.snapshot())
+    out.update(
+        runner="ray",
+        weights_version=rows[-1]["weights_version"] if rows else None,
+        preemptions=ctl.preemptions,
+        items_resumed=ctl.items_resumed,
+        items_lost=ctl.items_lost,
+        num_samplers=ctl.opts.num_samplers,
+        num_train_workers=ctl.opts.num_train_workers,
+        prices=dataclasses.asdict(ctl.opts.prices),
+    )
+    return out

@@ -1,0 +1,220 @@
+"""The pull-based work queue's rules, without Ray.
+
+Sampler replicas *pull* work: each asks for what it can take now, so fast and slow replicas
+each stay busy and nobody pushes work at a replica that is about to disappear. The
+``RequestQueue`` actor (actors/request_queue.py) is a thin shell around :class:`WorkQueue`.
+
+Rules:
+
+* **Priority.** Items are served by kind, in :data:`KIND_PRIORITY` order (rollout items of the
+  critical path first, validation next, exploration last), then first in, first out.
+* **Leases.** A pulled item is leased to the replica for ``lease_s`` seconds; heartbeats extend
+  the lease. An expired lease (the replica died without a word) returns the item to the queue.
+* **Exactly once.** Item ids are unique. Submitting a known id again is a no-op; only the first
+  completion of an item is kept, later ones (a replica whose lease had expired, a retry) are
+  counted in ``duplicates_ignored`` and dropped.
+* **Runs.** The queue belongs to one run (``run_id``); opening another run clears it, opening the
+  same run again (a restarted driver) keeps finished results, which a deterministic
+  re-submission then reuses instead of recomputing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+KIND_PRIORITY = {"rollout": 0, "val": 1, "explore": 2}
+"""Lower is served first."""
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A batch of (prompt, seed) samples to draw with one weights version."""
+
+    item_id: str
+    kind: str
+    """'rollout', 'val' or 'explore'."""
+    iteration: int
+    weights_version: int
+    prompts: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in KIND_PRIORITY:
+            raise ValueError(f"unknown item kind {self.kind!r}; known: {', '.join(KIND_PRIORITY)}")
+        if len(self.prompts) != len(self.seeds) or not self.prompts:
+            raise ValueError(
+                f"item {self.item_id}: {len(self.prompts)} prompts and {len(self.seeds)} seeds"
+                " (need the same number, at least one)"
+            )
+
+
+@dataclass
+class ItemResult:
+    """What a replica returns for one item."""
+
+    item_id: str
+    worker_id: str
+    pool: str
+    """'spot' or 'on_demand': the capacity the item ran on."""
+    rewards: list[float]
+    trajectories: list[bytes] = field(default_factory=list)
+    """``Trajectory.to_bytes()`` per sample (empty for validation items)."""
+    busy_s: float = 0.0
+    """Seconds the replica spent on the item (sampling + reward)."""
+    images: Any = None
+    """uint8 images (N, H, W, C) for validation items (logged to W&B), else None."""
+
+
+@dataclass
+class _Lease:
+    item: WorkItem
+    worker_id: str
+    expires_at: float
+
+
+class WorkQueue:
+    """Pending items, leases and results of one run (see the module docstring)."""
+
+    def __init__(self, lease_s: float = 120.0):
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s}")
+        self.lease_s = lease_s
+        self.run_id: str | None = None
+        self._pending: dict[str, tuple[int, int, WorkItem]] = {}
+        self._leases: dict[str, _Lease] = {}
+        self._results: dict[str, ItemResult] = {}
+        self._order = itertools.count()
+        self._workers: dict[str, tuple[str, float]] = {}
+        self.duplicates_ignored = 0
+        self.leases_expired = 0
+
+    def open_run(self, run_id: str) -> bool:
+        """Attach the queue to ``run_id``; returns True when it kept a previous state."""
+        if run_id == self.run_id:
+            return True
+        self.__init__(self.lease_s)
+        self.run_id = run_id
+        return False
+
+    def submit(self, items: Iterable[WorkItem]) -> int:
+        """Queue new items; ids already pending, leased or finished are skipped. Returns how
+        many were queued."""
+        added = 0
+        for item in items:
+            known = item.item_id in self._pending or item.item_id in self._leases
+            if known or item.item_id in self._results:
+                continue
+            self._pending[item.item_id] = (KIND_PRIORITY[item.kind], next(self._order), item)
+            added += 1
+        return added
+
+    def pull(
+        self,
+        worker_id: str,
+        max_items: int,
+        now: float,
+        kinds: Iterable[str] | None = None,
+        pool: str = "spot",
+    ) -> list[WorkItem]:
+        """Lease up to ``max_items`` items to ``worker_id``, highest priority first.
+
+        A pull is also the worker's sign of life: :meth:`workers` counts who pulled lately.
+        """
+        self._workers[worker_id] = (pool, now)
+        self.expire(now)
+        allowed = set(KIND_PRIORITY if kinds is None else kinds)
+        ready = sorted(
+            (entry for entry in self._pending.values() if entry[2].kind in allowed),
+            key=lambda e: (e[0], e[1]),
+        )
+        out = []
+        for _, _, item in ready[: max(0, max_items)]:
+            del self._pending[item.item_id]
+            self._leases[item.item_id] = _Lease(item, worker_id, now + self.lease_s)
+            out.append(item)
+        return out
+
+    def workers(self, now: float, within_s: float) -> dict[str, int]:
+        """How many workers per pool pulled or heartbeat within the last ``within_s``."""
+        counts: dict[str, int] = {}
+        for pool, seen in self._workers.values():
+            if now - seen <= within_s:
+                counts[pool] = counts.get(pool, 0) + 1
+        return counts
+
+    def heartbeat(self, worker_id: str, now: float) -> int:
+        """Extend every lease of ``worker_id``; returns how many it holds."""
+        if worker_id in self._workers:
+            self._workers[worker_id] = (self._workers[worker_id][0], now)
+        held = [lease for lease in self._leases.values() if lease.worker_id == worker_id]
+        for lease in held:
+            lease.expires_at = now + self.lease_s
+        return len(held)
+
+    def complete(self, result: ItemResult) -> bool:
+        """Record a result; False (and counted) when the item already has one or is unknown."""
+        item_id = result.item_id
+        if item_id in self._results:
+            self.duplicates_ignored += 1
+            return False
+        lease = self._leases.pop(item_id, None)
+        pending = self._pending.pop(item_id, None)
+        if lease is None and pending is None:
+            self.duplicates_ignored += 1
+            return False
+        self._results[item_id] = result
+        return True
+
+    def release(self, worker_id: str) -> int:
+        """Return every item leased to ``worker_id`` to the queue (a replica that stops)."""
+        self._workers.pop(worker_id, None)
+        mine = [i for i, lease in self._leases.items() if lease.worker_id == worker_id]
+        for item_id in mine:
+            self._requeue(self._leases.pop(item_id).item)
+        return len(mine)
+
+    def expire(self, now: float) -> int:
+        """Return items whose lease ran out to the queue; returns how many."""
+        late = [i for i, lease in self._leases.items() if lease.expires_at <= now]
+        for item_id in late:
+            self._requeue(self._leases.pop(item_id).item)
+        self.leases_expired += len(late)
+        return len(late)
+
+    def results(self, item_ids: Iterable[str]) -> dict[str, ItemResult]:
+        """Finished results among ``item_ids``."""
+        return {i: self._results[i] for i in item_ids if i in self._results}
+
+    def forget(self, item_ids: Iterable[str]) -> None:
+        """Drop finished results the driver has consumed (keeps the actor's memory bounded)."""
+        for i in item_ids:
+            self._results.pop(i, None)
+
+    def cancel(self, kind: str | None = None) -> int:
+        """Drop pending (not leased) items, of one kind or all; returns how many."""
+        gone = [i for i, (_, _, it) in self._pending.items() if kind is None or it.kind == kind]
+        for i in gone:
+            del self._pending[i]
+        return len(gone)
+
+    def stats(self) -> dict[str, Any]:
+        """Depth by kind, leases, results held and the exactly-once counters."""
+        depth = dict.fromkeys(KIND_PRIORITY, 0)
+        for _, _, item in self._pending.values():
+            depth[item.kind] += 1
+        return {
+            "run_id": self.run_id,
+            "pending": sum(depth.values()),
+            "pending_by_kind": depth,
+            "leased": len(self._leases),
+            "results": len(self._results),
+            "duplicates_ignored": self.duplicates_ignored,
+            "leases_expired": self.leases_expired,
+        }
+
+    def _requeue(self, item: WorkItem) -> None:
+        # Keeps its kind's priority; goes behind items queued earlier.
+        self._pending[item.item_id] = (KIND_PRIORITY[item.kind], next(self._order), item)

@@ -1,0 +1,34 @@
+"""Ray tests: a real local Ray per module (helpers here), small recipes, one thread each."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ray_tests.helpers import ray_options
+from spotlight.controller import local_resources
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests only (see ../shared RAY_NOTES)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray with the job's virtual resources; shut down after the module."""
+    import ray
+
+    from spotlight.actors.names import NAMESPACE
+
+    opts = ray_options()
+    ray.init(
+        num_cpus=6,
+        resources=local_resources(opts),
+        namespace=NAMESPACE,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled"}},
+    )
+    yield ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
