@@ -43,6 +43,8 @@ class ReplicaSpec:
     """Items leased per pull."""
     pull_wait_s: float = 1.0
     """Long-poll: an empty pull waits this long for work (it returns as soon as work comes)."""
+    stop_timeout_s: float = 15.0
+    """On a graceful stop, wait this long for the item in hand (below Serve's 20 s default)."""
     heartbeat_s: float = 2.0
     """Lease heartbeat and queue-depth refresh interval."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -132,7 +134,12 @@ class SamplerReplica:
             raise RuntimeError(f"sampler pull loop failed: {self._error}")
 
     def __del__(self):
+        """Graceful stop (Serve scaling down or moving the replica): finish the item in hand,
+        then hand back any other lease, so no item waits for its lease to expire."""
         self._stop.set()
+        self._thread.join(timeout=self.spec.stop_timeout_s)
+        with contextlib.suppress(Exception):
+            ray.get(self._actors.queue.release.remote(self.worker_id), timeout=5)
 
     # -- The pull loop ---------------------------------------------------------------------
     def _run(self) -> None:

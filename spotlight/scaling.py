@@ -16,10 +16,12 @@ def desired_replicas(
 ) -> int:
     """Replicas to run for ``pending`` queued and ``leased`` in-flight items.
 
-    Enough replicas that each has about ``items_per_replica`` items of outstanding work, within
-    [min_replicas, max_replicas]. With no work at all the current count is kept (the replicas
-    are about to get the next iteration's items; Serve's downscale delay removes truly idle
-    ones). With no metrics yet (``pending`` is NaN) the current count is kept too.
+    Scale *up* to about ``items_per_replica`` items of outstanding work per replica, within
+    [min_replicas, max_replicas]. Scale *down* only when there is no work at all: Serve picks
+    which replica to stop, and stopping one that holds a lease would stall its item until the
+    lease expires. Between iterations (no work) the current count is kept; Serve's downscale
+    delay then removes replicas that stay idle for long. With no metrics yet (``pending`` is
+    NaN) the current count is kept too.
     """
     if min_replicas < 0 or max_replicas < max(1, min_replicas) or items_per_replica <= 0:
         raise ValueError(
@@ -28,5 +30,7 @@ def desired_replicas(
     if math.isnan(pending) or math.isnan(leased):
         return max(min_replicas, min(max_replicas, current))
     work = pending + leased
-    want = current if work <= 0 else math.ceil(work / items_per_replica)
+    want = math.ceil(work / items_per_replica)
+    if work > 0:
+        want = max(want, current)  # never stop a replica while work is outstanding
     return max(min_replicas, min(max_replicas, want))

@@ -53,8 +53,8 @@ def test_ledger_refuses_bad_input(call, match):
         (8, 0, 1, 4),  # 8 items, 2 per replica
         (9, 2, 1, 6),
         (100, 0, 2, 8),  # capped at max
-        (0, 0, 3, 3),  # between iterations: keep
-        (1, 0, 5, 1),  # little work: scale down
+        (1, 0, 5, 5),  # little work left: never stop a replica that may hold it
+        (0, 0, 3, 1),  # no work at all: down to min (Serve's downscale delay applies)
         (float("nan"), 0, 3, 3),  # no metrics yet
     ],
 )

@@ -1,0 +1,141 @@
+"""The job as users run it: a driver killed and resumed on a live cluster, and ray job submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ray_tests.helpers import ray_options, smoke
+from spotlight.controller import local_resources
+from spotlight.loop import ReferenceLoop
+from spotlight.policies import make_policy
+from spotlight.rewards import build_reward
+
+pytestmark = pytest.mark.slow
+
+TRAIN = [sys.executable, "-m", "spotlight.cli", "train", "--recipe", "tiny-smoke", "--no-wandb"]
+TRAIN += ["--trainer-threads", "1", "--iterations", "3"]
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _rows(path: Path) -> list[dict]:
+    f = path / "metrics.jsonl"
+    return [json.loads(x) for x in f.read_text().splitlines() if x] if f.exists() else []
+
+
+def _reference_weights(iterations: int) -> dict:
+    cfg = smoke(iterations)
+    torch.set_num_threads(1)
+    loop = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    for i in range(iterations):
+        loop.run_iteration(i)
+    return loop.policy.state_dict()
+
+
+def _assert_trained_once(out: Path) -> None:
+    rows = _rows(out)
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    assert [r["weights_version"] for r in rows] == [1, 2, 3]
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert state["iterations_done"] == 3 and state["weights_version"] == 3
+    # An update applied twice (or skipped) would move the weights away from the reference.
+    trained = load_file(str(out / "checkpoint" / "policy.safetensors"))
+    for k, v in _reference_weights(3).items():
+        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+
+
+def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 6, "resources": local_resources(ray_options())},
+    )
+    out = tmp_path / "run"
+    env = _env(RAY_ADDRESS=cluster.address)
+    log = (tmp_path / "first.log").open("w")
+    try:
+        first = subprocess.Popen([*TRAIN, "--out", str(out)], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 240
+        while len(_rows(out)) < 1 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_rows(out)) >= 1, (tmp_path / "first.log").read_text()[-3000:]
+        first.send_signal(signal.SIGKILL)  # mid-run: its trainer and the next iteration die
+        first.wait()
+        done_before = json.loads((out / "checkpoint" / "state.json").read_text())
+        assert done_before["iterations_done"] < 3
+
+        second = subprocess.run(
+            [*TRAIN[:-2], "--resume", str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+        assert "reusing the queue's finished items" in second.stdout  # same actors, same run
+        _assert_trained_once(out)
+    finally:
+        log.close()
+        cluster.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_job_submit_runs_a_short_job_to_completion(tmp_path):
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    port, dash = _free_port(), _free_port()
+    resources = json.dumps(local_resources(ray_options()))
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=6",
+         f"--resources={resources}", "--include-dashboard=true", f"--dashboard-port={dash}"],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    out = tmp_path / "job"
+    try:
+        submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--"]
+        entry = [*TRAIN[:-1], "2", "--out", str(out)]
+        deadline = time.monotonic() + 120
+        while True:  # the dashboard takes a few seconds to come up
+            probe = subprocess.run(
+                [ray_bin, "job", "list", f"--address=http://127.0.0.1:{dash}"],
+                env=_env(),
+                capture_output=True,
+                timeout=60,
+            )
+            if probe.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        job = subprocess.run(
+            [*submit, *entry], env=_env(), capture_output=True, text=True, timeout=400
+        )
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        assert "succeeded" in job.stdout
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["runner"] == "ray" and summary["num_iterations"] == 2
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops its processes
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
