@@ -185,7 +185,9 @@ class SamplerReplica:
         from spotlight.work_queue import ItemResult
 
         t0 = time.perf_counter()
+        loads = self.counters["weights_loads"]
         self._ensure_version(item.weights_version)
+        load_s = self.weights_load_s[-1] if self.counters["weights_loads"] > loads else 0.0
         trajs = sample(
             self._policy,
             list(item.prompts),
@@ -207,5 +209,6 @@ class SamplerReplica:
             rewards=[float(r) for r in rewards],
             trajectories=[tr.to_bytes() for tr in trajs] if keep else [],
             busy_s=busy,
+            weights_load_s=load_s,
             images=None if keep else images,
         )

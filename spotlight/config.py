@@ -133,6 +133,10 @@ class Config:
     def validate(self) -> None:
         self.sampler.validate()
         self.grpo.validate()
+        from spotlight.rewards import REWARDS
+
+        if self.reward not in REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; known: {', '.join(sorted(REWARDS))}")
         if self.task is not None:
             from spotlight.tasks import get_task
 

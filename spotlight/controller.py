@@ -117,6 +117,7 @@ def connect(opts: RayOptions) -> bool:
         ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
         return False
     ray.init(
+        address="local",  # a new local Ray, never a cluster some other process left running
         num_cpus=opts.num_samplers + opts.num_train_workers + 2,
         resources=local_resources(opts),
         namespace=NAMESPACE,
@@ -126,13 +127,24 @@ def connect(opts: RayOptions) -> bool:
     return True
 
 
-def check_capacity(opts: RayOptions) -> None:
-    """Refuse a cluster that cannot host samplers or the trainer, before any work starts."""
+def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | None = None) -> None:
+    """Refuse a cluster that cannot host samplers or the trainer, before any work starts.
+
+    A cluster must mark its nodes ``spot`` / ``on_demand`` (cluster.yaml). On an autoscaling
+    cluster, missing sampler or trainer capacity is only reported: pending Serve replicas and
+    Train workers are what make the autoscaler add those nodes.
+    """
     import ray
 
     from spotlight.actors import names
 
     res = ray.cluster_resources()
+    if res.get(names.RESOURCE_SPOT, 0) <= 0 and res.get(names.RESOURCE_ON_DEMAND, 0) <= 0:
+        raise ValueError(
+            "this Ray cluster cannot run the job: no node offers the 'spot' or 'on_demand'"
+            " resource (start it from cluster.yaml, or mark nodes with"
+            " `ray start --resources '{\"on_demand\": 1, ...}'`)"
+        )
     missing = []
     if res.get(names.RESOURCE_SAMPLER, 0) < 1:
         missing.append(
@@ -145,10 +157,12 @@ def check_capacity(opts: RayOptions) -> None:
             f" than the {opts.num_train_workers} trainer workers asked for (on-demand trainer"
             " nodes; see cluster.yaml)"
         )
-    if res.get(names.RESOURCE_SPOT, 0) <= 0 and res.get(names.RESOURCE_ON_DEMAND, 0) <= 0:
-        missing.append("neither 'spot' nor 'on_demand' nodes")
-    if missing:
-        raise ValueError("this Ray cluster cannot run the job: " + "; ".join(missing))
+    if not missing:
+        return
+    if autoscaling:
+        _print(log, "[spotlight] waiting for the autoscaler: " + "; ".join(missing))
+        return
+    raise ValueError("this Ray cluster cannot run the job: " + "; ".join(missing))
 
 
 def run_id_of(out_dir: Path, cfg: Config) -> str:
@@ -170,7 +184,8 @@ class Controller:
         self._trainer_thread: threading.Thread | None = None
         self._trainer_error: BaseException | None = None
         self._last_tick = time.monotonic()
-        self._tracker = None
+        self.val_samples: tuple = (None, [], [])
+        """Images, prompts and seeds of the last validation's first item (logged to W&B)."""
 
     # -- Setup ---------------------------------------------------------------------------
     def start(self, resume: bool) -> tuple[int, int]:
@@ -387,6 +402,7 @@ class Controller:
             r = results[item.item_id]
             rewards.extend(r.rewards)
             trajectories.extend(r.trajectories)
+        loads = [r.weights_load_s for r in results.values() if r.weights_load_s > 0]
         advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg)
         t1 = time.perf_counter()
         batch = {
@@ -420,6 +436,7 @@ class Controller:
             "sample_s": t1 - t0,
             "train_s": t2 - t1,
             "trainer_update_s": update["train_s"],
+            "weights_load_s_max": max(loads, default=0.0),
             **loss,
         }
 
@@ -443,6 +460,8 @@ class Controller:
         ]
         results = self.run_items(items, f"validation at v{version}")
         rewards = [r for item in items for r in results[item.item_id].rewards]
+        first = results[items[0].item_id]
+        self.val_samples = (first.images, list(items[0].prompts), list(items[0].seeds))
         return sum(rewards) / len(rewards)
 
     # -- Checkpoints ---------------------------------------------------------------------
@@ -531,11 +550,13 @@ def run_ray(
     and the cost fields); returns the summary."""
     import ray
 
+    from spotlight.rewards import preflight_reward
     from spotlight.tracking import Tracker
 
     opts = opts or RayOptions()
     cfg.validate()
     opts.validate()
+    preflight_reward(cfg.reward)  # e.g. no tesseract: say so before Ray starts
     out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         if (out_dir / CKPT_DIR / "state.json").exists():
@@ -547,7 +568,7 @@ def run_ray(
     started_here = connect(opts)
     ctl = Controller(cfg, out_dir, opts, log)
     try:
-        check_capacity(opts)
+        check_capacity(opts, autoscaling=not started_here, log=log)
         start, version = ctl.start(resume)
         metrics_path = out_dir / "metrics.jsonl"
         _truncate_metrics(metrics_path, start)
@@ -557,7 +578,8 @@ def run_ray(
         if start == 0:
             val = ctl.evaluate(-1, version)
             _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
-            tracker.log({"val_reward": val, "iteration": 0, "weights_version": version})
+            tracker.log({"val_reward": val, "iteration": -1, "weights_version": version})
+            tracker.log_images(*ctl.val_samples, step=0)
             _print(
                 log,
                 f"[spotlight] {cfg.recipe} on Ray: {cfg.num_iterations} iterations, "
@@ -584,6 +606,8 @@ def run_ray(
                 f.write(json.dumps(m) + "\n")
             ctl.save_checkpoint(it + 1, version)
             tracker.log(m)
+            if "val_reward" in m:
+                tracker.log_images(*ctl.val_samples, step=it + 1)
             _print(log, _progress(m, cfg.num_iterations))
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)

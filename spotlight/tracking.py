@@ -47,7 +47,7 @@ class Tracker:
         self._run.log(flat, step=int(row.get("iteration", -1)) + 1)
 
     def log_images(self, images, prompts: list[str], seeds: list[int], step: int) -> None:
-        if self._run is None:
+        if self._run is None or images is None:
             return
         import wandb
 

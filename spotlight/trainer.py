@@ -75,6 +75,17 @@ def _wait_mailbox(queue, key: str, timeout_s: float) -> Any:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
 
 
+def _quiet_train_logs() -> None:
+    """Ray Train logs two lines per reported checkpoint; keep warnings only."""
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+    try:  # its report logger is named after its file
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
+    except ImportError:  # pragma: no cover - other Ray versions
+        pass
+
+
 def train_loop(config: dict[str, Any]) -> None:
     """Ray Train worker function (see the module docstring). ``config`` keys: ``cfg`` (the run's
     Config as a dict), ``start`` (iterations done), ``initial`` ([ref] of the starting
@@ -90,7 +101,7 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.update import grpo_update
     from spotlight.weights import policy_bytes
 
-    logging.getLogger("ray.train").setLevel(logging.WARNING)  # one line per checkpoint otherwise
+    _quiet_train_logs()
     torch.set_num_threads(config["threads"])
     cfg = Config.from_dict(config["cfg"])
     ctx = ray.train.get_context()

@@ -64,6 +64,9 @@ class ItemResult:
     """``Trajectory.to_bytes()`` per sample (empty for validation items)."""
     busy_s: float = 0.0
     """Seconds the replica spent on the item (sampling + reward)."""
+    weights_load_s: float = 0.0
+    """Seconds the replica spent fetching, verifying and loading the item's weights version
+    (0 when it already held it)."""
     images: Any = None
     """uint8 images (N, H, W, C) for validation items (logged to W&B), else None."""
 

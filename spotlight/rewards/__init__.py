@@ -53,4 +53,25 @@ def build_reward(name: str) -> Reward:
     return factory()
 
 
-__all__ = ["REWARDS", "BrightnessReward", "Reward", "build_reward", "check_images"]
+def preflight_reward(name: str) -> None:
+    """Fail now, with the reward's own clear message, if ``name`` cannot be built where the
+    job's replicas will build it (unknown name, no tesseract, no local CLIP folder). Cheap:
+    the CLIP check looks at the folder instead of loading the model."""
+    if name == "clip":
+        import os
+
+        from spotlight.rewards.hub import DEFAULT_CLIP_PATH, find_clip_folder
+
+        find_clip_folder(os.environ.get("SPOTLIGHT_CLIP_MODEL", DEFAULT_CLIP_PATH))
+        return
+    build_reward(name)
+
+
+__all__ = [
+    "REWARDS",
+    "BrightnessReward",
+    "Reward",
+    "build_reward",
+    "check_images",
+    "preflight_reward",
+]

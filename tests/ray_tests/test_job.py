@@ -72,3 +72,21 @@ def test_a_cluster_without_sampler_capacity_is_refused_before_work(local_ray, tm
 
     with pytest.raises(ValueError, match="trainer workers"):
         check_capacity(ray_options(num_train_workers=5))
+
+
+def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
+    """A Ray cluster not started from cluster.yaml (no market resources) fails before work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ray\n"
+        "from spotlight.controller import check_capacity, RayOptions\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
+        "try:\n"
+        "    check_capacity(RayOptions(), autoscaling=True)\n"
+        "except ValueError as e:\n"
+        "    print('REFUSED', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "REFUSED" in out.stdout and "'spot' or 'on_demand'" in out.stdout, out.stderr[-2000:]

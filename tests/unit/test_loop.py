@@ -117,3 +117,18 @@ def test_bad_config_fails_before_any_work(tmp_path, change, match):
     with pytest.raises(ValueError, match=match):
         run_local(dataclasses.replace(FAST, **change), tmp_path / "x")
     assert not (tmp_path / "x/metrics.jsonl").exists()
+
+
+def test_ray_runner_bad_input_fails_before_ray_starts(tmp_path, capsys, monkeypatch):
+    # ray.init is forbidden in unit tests: each of these must stop before it.
+    assert main(["train", "--samplers", "0", "--out", str(tmp_path / "a")]) == 2
+    assert "samplers (0)" in capsys.readouterr().err
+
+    import spotlight.rewards as rewards
+
+    def no_tesseract():
+        raise FileNotFoundError("tesseract is not installed (apt-get install tesseract-ocr)")
+
+    monkeypatch.setitem(rewards.REWARDS, "ocr", no_tesseract)
+    assert main(["train", "--recipe", "tiny-ocr", "--out", str(tmp_path / "b")]) == 2
+    assert "tesseract is not installed" in capsys.readouterr().err
