@@ -5,8 +5,11 @@ python benchmarks/ray_job.py --out docs/bench       # writes ray_job.json and pr
 
 Both runs use the same recipe and seeds with validation only after the last iteration; the
 time per iteration is the median over iterations 2..N-1 (the first warms up, the last
-validates). Memory is the peak of the summed RSS of this process and all its children (the
-local Ray's processes are children of the driver), sampled every 0.25 s.
+validates). Memory is the peak of the summed PSS (proportional set size: shared pages, such as
+torch's libraries and Ray's object store, split among the processes that map them, so the sum
+is what the machine holds) of this process and all its children (the local Ray's processes
+are children of the driver), sampled every 0.5 s in separate, shorter runs: reading every
+process's page map costs enough CPU on 2 cores to distort the timings.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ import psutil
 from spotlight.recipes import get_recipe
 
 
-class PeakRss:
-    """Peak summed RSS of this process tree while in the ``with`` block."""
+class PeakPss:
+    """Peak summed PSS of this process tree while in the ``with`` block (Linux)."""
 
-    def __init__(self, every_s: float = 0.25):
+    def __init__(self, every_s: float = 0.5):
         self.every_s = every_s
         self.peak = 0
         self._stop = threading.Event()
@@ -42,7 +45,7 @@ class PeakRss:
             total = 0
             for p in [me, *me.children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().pss
             self.peak = max(self.peak, total)
             self._stop.wait(self.every_s)
 
@@ -66,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipe", default="tiny-ocr")
     ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--memory-iterations", type=int, default=3)
     ap.add_argument("--out", default="docs/bench")
     args = ap.parse_args()
     cfg = dataclasses.replace(
@@ -76,22 +80,24 @@ def main() -> None:
         from spotlight.run_local import run_local
 
         t0 = time.perf_counter()
-        with PeakRss() as mem:
-            run_local(cfg, Path(tmp) / "local")
+        run_local(cfg, Path(tmp) / "local")
         local = per_iteration_s(Path(tmp) / "local")
+        loc_rows = [
+            json.loads(x) for x in (Path(tmp) / "local" / "metrics.jsonl").read_text().splitlines()
+        ]
         result["local"] = {
             "total_s": time.perf_counter() - t0,
+            "sample_s_median": statistics.median(r["sample_s"] for r in loc_rows),
+            "train_s_median": statistics.median(r["train_s"] for r in loc_rows),
             "iteration_s_median": statistics.median(local),
             "iteration_s": local,
-            "peak_rss_gb": mem.peak / 1e9,
         }
-        print(f"local: {statistics.median(local):.2f} s/iteration, peak {mem.peak / 1e9:.2f} GB")
+        print(f"local: {statistics.median(local):.2f} s/iteration")
 
         from spotlight.controller import RayOptions, run_ray
 
         t0 = time.perf_counter()
-        with PeakRss() as mem:
-            run_ray(cfg, Path(tmp) / "ray", opts=RayOptions(wandb=False))
+        run_ray(cfg, Path(tmp) / "ray", opts=RayOptions(wandb=False))
         ray_dir = Path(tmp) / "ray"
         rows = [json.loads(x) for x in (ray_dir / "metrics.jsonl").read_text().splitlines()]
         its = per_iteration_s(ray_dir)
@@ -106,18 +112,24 @@ def main() -> None:
             "train_s_median": statistics.median(r["train_s"] for r in rows),
             "trainer_update_s_median": statistics.median(r["trainer_update_s"] for r in rows),
             "weights_load_s_median": statistics.median(loads) if loads else None,
-            "peak_rss_gb": mem.peak / 1e9,
             "cost_usd": rows[-1]["cost_usd"],
             "util_spot": rows[-1]["util_spot"],
             "util_on_demand": rows[-1]["util_on_demand"],
         }
+        short = dataclasses.replace(cfg, num_iterations=args.memory_iterations)
+        with PeakPss() as mem:
+            run_local(short, Path(tmp) / "local-mem")
+        result["local"]["peak_pss_gb"] = mem.peak / 1e9
+        with PeakPss() as mem:
+            run_ray(short, Path(tmp) / "ray-mem", opts=RayOptions(wandb=False))
+        result["ray"]["peak_pss_gb"] = mem.peak / 1e9
     r, loc = result["ray"], result["local"]
     result["overhead"] = r["iteration_s_median"] / loc["iteration_s_median"] - 1
     result["machine"] = {"cpus": psutil.cpu_count(), "platform": platform.platform()}
     print(
         f"ray: {r['iteration_s_median']:.2f} s/iteration ({result['overhead']:+.0%} vs local), "
         f"start-up {r['startup_s']:.0f} s, weights pick-up {r['weights_load_s_median']} s, "
-        f"peak {r['peak_rss_gb']:.2f} GB"
+        f"peak {r['peak_pss_gb']:.2f} GB (local loop {loc['peak_pss_gb']:.2f} GB)"
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

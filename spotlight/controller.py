@@ -40,6 +40,7 @@ from spotlight.run_local import (
     _atomic,
     _last_wall_s,
     _print,
+    _progress_line,
     _sha256,
     _truncate_metrics,
     _write_json,
@@ -608,7 +609,7 @@ def run_ray(
             tracker.log(m)
             if "val_reward" in m:
                 tracker.log_images(*ctl.val_samples, step=it + 1)
-            _print(log, _progress(m, cfg.num_iterations))
+            _print(log, _progress_line(m, cfg.num_iterations))
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)
         _write_json(out_dir / "summary.json", summary)
@@ -637,16 +638,6 @@ def _cleanup() -> None:
     with contextlib.suppress(Exception):
         serve.delete(APP_NAME)
     kill_actors()
-
-
-def _progress(m: dict[str, Any], total: int) -> str:
-    val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
-    return (
-        f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
-        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']} "
-        f"queue {m['queue_depth']} cost ${m['cost_usd']:.4f} "
-        f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
-    )
 
 
 def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]:

@@ -81,10 +81,12 @@ def run_local(
 
 
 def _progress_line(m: dict[str, Any], total: int) -> str:
+    """One line per iteration (the Ray job's rows add queue depth and cost so far)."""
     val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
+    ray = f" queue {m['queue_depth']} cost ${m['cost_usd']:.4f}" if "cost_usd" in m else ""
     return (
         f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
-        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']} "
+        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']}{ray} "
         f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
     )
 

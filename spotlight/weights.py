@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from safetensors.torch import load, save
+if TYPE_CHECKING:
+    import torch
+
+# torch and safetensors are imported inside the functions that need them: the WeightBroadcast
+# actor only checks checksums, and a process without torch is ~0.3 GB smaller.
 
 
 class WeightsCorrupted(ValueError):
@@ -32,6 +36,8 @@ class WeightsHeader:
 def pack_state(state: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
     """Serialize a state dict (tensors moved to the CPU, contiguous), with optional metadata
     (a tiny policy's architecture, so the bytes are also a loadable checkpoint file)."""
+    from safetensors.torch import save
+
     return save({k: v.detach().contiguous().cpu() for k, v in state.items()}, metadata=metadata)
 
 
@@ -54,6 +60,8 @@ def unpack_state(data: bytes, header: WeightsHeader) -> dict[str, torch.Tensor]:
         )
     if checksum(data) != header.sha256:
         raise WeightsCorrupted(f"weights v{header.version}: sha256 mismatch (corrupted transfer)")
+    from safetensors.torch import load
+
     try:
         return load(data)
     except Exception as e:  # safetensors raises its own error types

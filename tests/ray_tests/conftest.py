@@ -19,8 +19,9 @@ def local_ray():
 
     from spotlight.actors.names import NAMESPACE
 
-    opts = ray_options()
+    opts = ray_options(num_train_workers=2)  # capacity for the data-parallel test
     ray.init(
+        address="local",  # never a cluster another process left behind
         num_cpus=6,
         resources=local_resources(opts),
         namespace=NAMESPACE,

@@ -67,11 +67,27 @@ def test_iterations_through_serve_train_and_actors_match_the_reference_loop(loca
         local_ray.get_actor(REQUEST_QUEUE, namespace=NAMESPACE)
 
 
+def test_two_data_parallel_train_workers_give_the_single_process_update(local_ray, tmp_path):
+    from spotlight.controller import run_ray
+
+    cfg = smoke(iterations=1)
+    run_ray(cfg, tmp_path, opts=ray_options(num_train_workers=2))
+    rows = _rows(tmp_path)
+    assert rows[0]["weights_version"] == 1
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    ref.run_iteration(0)
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():  # all-reduced halves = the full batch
+        torch.testing.assert_close(trained[k], v, atol=1e-5, rtol=1e-4)
+
+
 def test_a_cluster_without_sampler_capacity_is_refused_before_work(local_ray, tmp_path):
     from spotlight.controller import check_capacity
 
     with pytest.raises(ValueError, match="trainer workers"):
         check_capacity(ray_options(num_train_workers=5))
+    check_capacity(ray_options(num_train_workers=5), autoscaling=True)  # waits, says so
 
 
 def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
