@@ -106,6 +106,9 @@ class RequestQueue:
     async def forget(self, item_ids: list[str]) -> None:
         self._q.forget(item_ids)
 
+    async def drop(self, item_ids: list[str]) -> int:
+        return self._q.drop(item_ids)
+
     async def cancel(self, kind: str | None = None) -> int:
         return self._q.cancel(kind)
 

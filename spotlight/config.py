@@ -100,6 +100,56 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
+class ExplorationConfig:
+    """Seed exploration (DESIGN.md observation 1) and its planner (spotlight/planner.py)."""
+
+    mode: str = "off"
+    """'off': random seeds; 'spot': explore the next iteration's prompts on the current
+    (soon stale) weights while the trainer trains; 'critical_path': explore with the fresh
+    weights before each rollout (best-of-N, adds time to every iteration)."""
+    max_candidates: int = 32
+    """Most seeds explored per prompt."""
+    num_buckets: int = 4
+    """Planner difficulty buckets."""
+    ucb_c: float = 0.05
+    """Planner UCB bonus weight."""
+    prior_gain: float = 0.05
+    """Planner's optimistic gain of an unobserved arm."""
+    uniform: bool = False
+    """Planner ablation: spread the budget evenly."""
+    max_staleness: int = 1
+    """Explored rewards older than this many weights versions are not used."""
+    max_seeds_per_iteration: int = 1024
+    """Cap on the exploration budget of one iteration."""
+    budget_scale: float = 1.0
+    """Multiplies the measured budget (predicted training time x sampling throughput); items
+    still unfinished when the update arrives are withdrawn, their prompts fall back."""
+
+    def validate(self, group: int) -> None:
+        if self.mode not in ("off", "spot", "critical_path"):
+            raise ValueError(
+                f"exploration.mode must be off, spot or critical_path, got {self.mode!r}"
+            )
+        if self.max_staleness < 1 or self.max_seeds_per_iteration < 0 or self.budget_scale < 0:
+            raise ValueError(
+                "exploration: need max_staleness >= 1, max_seeds_per_iteration >= 0,"
+                " budget_scale >= 0"
+            )
+        self.planner().validate(group)
+
+    def planner(self):
+        from spotlight.planner import PlannerConfig
+
+        return PlannerConfig(
+            max_candidates=self.max_candidates,
+            num_buckets=self.num_buckets,
+            ucb_c=self.ucb_c,
+            prior_gain=self.prior_gain,
+            uniform=self.uniform,
+        )
+
+
+@dataclass(frozen=True)
 class Config:
     """Root config of a training run."""
 
@@ -129,10 +179,13 @@ class Config:
     """Seeds per validation prompt."""
     val_every: int = 5
     """Evaluate every this many iterations (and before the first and after the last)."""
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    """Seed exploration (Ray runner)."""
 
     def validate(self) -> None:
         self.sampler.validate()
         self.grpo.validate()
+        self.exploration.validate(self.grpo.group_size)
         from spotlight.rewards import REWARDS
 
         if self.reward not in REWARDS:
@@ -165,5 +218,10 @@ class Config:
             policy=PolicyConfig(**d["policy"]),
             sampler=SamplerConfig(**d["sampler"]),
             grpo=GRPOConfig(**d["grpo"]),
-            **{k: v for k, v in d.items() if k not in ("recipe", "policy", "sampler", "grpo")},
+            exploration=ExplorationConfig(**d.get("exploration", {})),
+            **{
+                k: v
+                for k, v in d.items()
+                if k not in ("recipe", "policy", "sampler", "grpo", "exploration")
+            },
         )

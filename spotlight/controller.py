@@ -185,6 +185,18 @@ class Controller:
         self._trainer_thread: threading.Thread | None = None
         self._trainer_error: BaseException | None = None
         self._last_tick = time.monotonic()
+        from spotlight.planner import Planner
+
+        self.planner = Planner(cfg.exploration.planner(), cfg.grpo.group_size)
+        self.next_selection = None
+        """Seeds chosen by the exploration that ran during the last update (spot mode)."""
+        self.next_explore_metrics: dict[str, Any] = {}
+        self._train_s: float | None = None
+        """Measured (EMA) trainer update time: the exploration budget's time."""
+        self._last_sample_s: float | None = None
+        """Before the first update is measured, the rollout's time stands in for it."""
+        self._rate: float | None = None
+        """Measured (EMA) sampling throughput, samples/s: the budget's rate."""
         self.val_samples: tuple = (None, [], [])
         """Images, prompts and seeds of the last validation's first item (logged to W&B)."""
 
@@ -203,6 +215,7 @@ class Controller:
         start, version, initial = 0, 0, None
         if resume:
             start, version, initial = self._load_checkpoint()
+        self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
         _print(
             self.log,
             f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
@@ -375,37 +388,62 @@ class Controller:
 
     # -- One iteration -------------------------------------------------------------------
     def iteration(self, it: int, version: int) -> dict[str, Any]:
+        """One iteration (see the module docstring), with seed exploration when configured."""
         import ray
         import torch
 
+        from spotlight.exploration import rank_preservation
         from spotlight.trainer import train_batch_key, update_key
-        from spotlight.work_queue import WorkItem
 
         cfg = self.cfg
+        group = cfg.grpo.group_size
+        mode = cfg.exploration.mode
         t0 = time.perf_counter()
         self.wait_version(version)
         prompts, seeds = iteration_batch(cfg, self.train_prompts, it)
-        n = cfg.sampler.batch_size
-        items = [
-            WorkItem(
-                f"r{it}-v{version}-{k}",
-                "rollout",
-                it,
-                version,
-                tuple(prompts[lo : lo + n]),
-                tuple(seeds[lo : lo + n]),
-            )
-            for k, lo in enumerate(range(0, len(prompts), n))
-        ]
-        results = self.run_items(items, f"iteration {it + 1} rollout")
+        unique = prompts[::group]
+        extra: dict[str, Any] = {}
+        selection = None
+        if mode == "critical_path":  # explore with the fresh weights, then use the best
+            budget = min(cfg.exploration.max_seeds_per_iteration, len(unique) * 10**6)
+            selection, extra = self._explore_now(it, version, unique, budget)
+        elif mode == "spot" and self.next_selection is not None:
+            selection, extra = self.next_selection, dict(self.next_explore_metrics)
+        self.next_selection, self.next_explore_metrics = None, {}
+        chosen = selection.seeds if selection is not None else {}
+        reuse = selection.trajectories if selection is not None else {}
+        for b, prompt in enumerate(unique):
+            if prompt in chosen:
+                seeds[b * group : (b + 1) * group] = chosen[prompt]
+        # Sample what is not already sampled (critical-path selections are on these weights).
+        todo = [b for b, p in enumerate(unique) if p not in reuse]
+        flat = [(prompts[b * group + j], seeds[b * group + j]) for b in todo for j in range(group)]
+        items = self._chunk_items(flat, f"r{it}-v{version}", "rollout", it, version)
+        results = self.run_items(items, f"iteration {it + 1} rollout") if items else {}
+        rolled_r = [r for item in items for r in results[item.item_id].rewards]
+        rolled_t = [t for item in items for t in results[item.item_id].trajectories]
         rewards, trajectories = [], []
-        for item in items:
-            r = results[item.item_id]
-            rewards.extend(r.rewards)
-            trajectories.extend(r.trajectories)
+        for b, prompt in enumerate(unique):
+            if prompt in reuse:
+                rewards.extend(selection.selected_rewards[prompt])
+                trajectories.extend(reuse[prompt])
+            else:
+                k = todo.index(b) * group
+                rewards.extend(rolled_r[k : k + group])
+                trajectories.extend(rolled_t[k : k + group])
         loads = [r.weights_load_s for r in results.values() if r.weights_load_s > 0]
+        for b, prompt in enumerate(unique):
+            self.planner.note_rollout(prompt, rewards[b * group : (b + 1) * group])
+        if mode == "spot" and selection is not None:
+            fresh = {p: rewards[b * group : (b + 1) * group] for b, p in enumerate(unique)}
+            extra["rank_spearman_stale_fresh"] = rank_preservation(
+                {p: selection.selected_rewards[p] for p in chosen}, fresh
+            )
         advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg)
         t1 = time.perf_counter()
+        sample_s = self._last_sample_s = t1 - t0
+        if rolled_r:
+            self._rate = _ema(self._rate, len(rolled_r) / max(1e-6, sample_s))
         batch = {
             "trajectories": trajectories,
             "advantages": advantages.flatten().tolist(),
@@ -413,6 +451,9 @@ class Controller:
         }
         q = self.actors.queue
         ray.get(q.post.remote(train_batch_key(it), [ray.put(batch)]))
+        exploration = None
+        if mode == "spot" and it + 1 < cfg.num_iterations:  # explore while the trainer trains
+            exploration = self._submit_exploration(it + 1, version)
         update = self._wait(
             f"update of iteration {it}",
             lambda wait_s: ray.get(q.wait_post.remote(update_key(it), wait_s)),
@@ -422,7 +463,11 @@ class Controller:
         ray.get(q.take.remote(train_batch_key(it)))
         ray.get(q.take.remote(update_key(it)))
         self.ledger.busy("on_demand", update["train_s"] * update["world_size"])
+        self._train_s = _ema(self._train_s, update["train_s"])
         self._pending_optimizer = ray.get(update["optimizer"][0])
+        if exploration is not None:
+            self._collect_exploration(exploration, update["weights_version"])
+        ray.get(self.actors.bandit.update.remote({"planner": self.planner.to_dict()}))
         t2 = time.perf_counter()
         loss = {
             f"loss/{k}": v
@@ -434,11 +479,103 @@ class Controller:
             "weights_version": update["weights_version"],
             **group_stats,
             "num_samples": len(trajectories),
-            "sample_s": t1 - t0,
+            "sample_s": sample_s,
             "train_s": t2 - t1,
             "trainer_update_s": update["train_s"],
             "weights_load_s_max": max(loads, default=0.0),
+            "exploration": mode,
+            **extra,
             **loss,
+        }
+
+    # -- Exploration ---------------------------------------------------------------------
+    def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int) -> list:
+        from spotlight.work_queue import WorkItem
+
+        n = self.cfg.sampler.batch_size
+        return [
+            WorkItem(
+                f"{prefix}-{k}",
+                kind,
+                it,
+                version,
+                tuple(p for p, _ in flat[lo : lo + n]),
+                tuple(s for _, s in flat[lo : lo + n]),
+            )
+            for k, lo in enumerate(range(0, len(flat), n))
+        ]
+
+    def _budget(self) -> int:
+        """Seeds the replicas can explore during the predicted training time (measured)."""
+        from spotlight.planner import exploration_budget
+
+        xcfg = self.cfg.exploration
+        train_s = self._train_s if self._train_s is not None else self._last_sample_s
+        return exploration_budget(
+            xcfg.budget_scale * (train_s or 0.0), self._rate or 0.0, xcfg.max_seeds_per_iteration
+        )
+
+    def _submit_exploration(self, it: int, version: int):
+        """Plan and queue the exploration of iteration ``it``'s prompts on weights ``version``."""
+        import ray
+
+        from spotlight.exploration import Exploration
+
+        cfg = self.cfg
+        unique = iteration_batch(cfg, self.train_prompts, it)[0][:: cfg.grpo.group_size]
+        budget = self._budget()
+        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
+        if items:
+            ray.get(self.actors.queue.submit.remote(items))
+        return exp
+
+    def _collect_exploration(self, exp, fresh_version: int) -> None:
+        """Take what finished (unfinished items are withdrawn), select, learn."""
+        import ray
+
+        from spotlight.exploration import select_groups
+
+        q = self.actors.queue
+        ids = exp.all_item_ids()
+        results = ray.get(q.results.remote(ids))
+        ray.get(q.drop.remote(ids))
+        for r in results.values():
+            self.ledger.busy(r.pool, r.busy_s)
+        sel = select_groups(
+            exp,
+            results,
+            self.cfg.grpo.group_size,
+            fresh_version,
+            self.cfg.exploration.max_staleness,
+        )
+        for prompt, rewards in sel.explored.items():
+            self.planner.observe(prompt, rewards)
+        self.next_selection = sel
+        self.next_explore_metrics = {
+            **sel.metrics(),
+            "explore_budget_predicted": exp.budget,
+            "explore_budget_used": sel.seeds_explored,
+            "explore_weights_version": exp.weights_version,
+        }
+
+    def _explore_now(self, it: int, version: int, unique: list[str], budget: int):
+        """Critical-path exploration: explore on ``version`` and wait for all of it."""
+        from spotlight.exploration import Exploration, select_groups
+
+        cfg = self.cfg
+        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
+        results = self.run_items(items, f"iteration {it + 1} exploration") if items else {}
+        sel = select_groups(
+            exp, results, cfg.grpo.group_size, version, cfg.exploration.max_staleness, True
+        )
+        for prompt, rewards in sel.explored.items():
+            self.planner.observe(prompt, rewards)
+        return sel, {
+            **sel.metrics(),
+            "explore_budget_predicted": budget,
+            "explore_budget_used": sel.seeds_explored,
         }
 
     def evaluate(self, it: int, version: int) -> float:
@@ -487,6 +624,7 @@ class Controller:
                 "recipe": self.cfg.recipe,
                 "policy_sha256": _sha256(ckpt / "policy.safetensors"),
                 "ledger": self.ledger.to_dict(),
+                "next_selection": self._selection_state(),
                 "counters": {
                     "preemptions": self.preemptions,
                     "items_resumed": self.items_resumed,
@@ -494,6 +632,20 @@ class Controller:
                 },
             },
         )
+
+    def _selection_state(self) -> dict[str, Any] | None:
+        """The next iteration's explored seeds: a resumed driver rolls out the same ones."""
+        sel = self.next_selection
+        if sel is None:
+            return None
+        return {
+            "seeds": sel.seeds,
+            "explored": sel.explored,
+            "selected_rewards": sel.selected_rewards,
+            "fallback_prompts": sel.fallback_prompts,
+            "seeds_explored": sel.seeds_explored,
+            "metrics": self.next_explore_metrics,
+        }
 
     def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, bytes]]:
         ckpt = self.out_dir / CKPT_DIR
@@ -512,6 +664,18 @@ class Controller:
             raise ValueError(
                 f"--resume {self.out_dir}: policy.safetensors does not match its checksum"
             )
+        nxt = state.get("next_selection")
+        if nxt:
+            from spotlight.exploration import Selection
+
+            self.next_selection = Selection(
+                nxt["seeds"],
+                nxt["explored"],
+                nxt["selected_rewards"],
+                nxt["fallback_prompts"],
+                nxt["seeds_explored"],
+            )
+            self.next_explore_metrics = nxt["metrics"]
         if "ledger" in state:
             self.ledger.load(state["ledger"])
             c = state.get("counters", {})
@@ -526,6 +690,10 @@ class Controller:
             self._trainer_thread.join(timeout=120)
         if self._trainer_error is not None:
             raise RuntimeError(f"the trainer failed: {self._trainer_error}")
+
+
+def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
+    return new if old is None else weight * new + (1 - weight) * old
 
 
 def _autoscaling(max_replicas: int) -> dict[str, Any]:

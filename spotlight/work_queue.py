@@ -196,6 +196,15 @@ class WorkQueue:
         for i in item_ids:
             self._results.pop(i, None)
 
+    def drop(self, item_ids: Iterable[str]) -> int:
+        """Withdraw items wherever they are (pending, leased or finished): a late completion of
+        a leased one is then ignored. Returns how many were still pending or leased."""
+        n = 0
+        for i in item_ids:
+            n += (self._pending.pop(i, None) is not None) + (self._leases.pop(i, None) is not None)
+            self._results.pop(i, None)
+        return n
+
     def cancel(self, kind: str | None = None) -> int:
         """Drop pending (not leased) items, of one kind or all; returns how many."""
         gone = [i for i, (_, _, it) in self._pending.items() if kind is None or it.kind == kind]

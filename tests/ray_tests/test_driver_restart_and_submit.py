@@ -70,9 +70,10 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
     try:
         first = subprocess.Popen([*TRAIN, "--out", str(out)], env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 240
-        while len(_rows(out)) < 1 and first.poll() is None and time.monotonic() < deadline:
+        state_file = out / "checkpoint" / "state.json"  # the commit: written after the row
+        while not state_file.exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_rows(out)) >= 1, (tmp_path / "first.log").read_text()[-3000:]
+        assert state_file.exists(), (tmp_path / "first.log").read_text()[-3000:]
         first.send_signal(signal.SIGKILL)  # mid-run: its trainer and the next iteration die
         first.wait()
         done_before = json.loads((out / "checkpoint" / "state.json").read_text())

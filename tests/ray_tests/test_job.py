@@ -106,3 +106,36 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED" in out.stdout and "'spot' or 'on_demand'" in out.stdout, out.stderr[-2000:]
+
+
+def test_spot_exploration_picks_high_contrast_seeds_while_the_trainer_trains(local_ray, tmp_path):
+    from spotlight.config import ExplorationConfig
+    from spotlight.controller import run_ray
+
+    explore = ExplorationConfig(mode="spot", budget_scale=100.0, max_candidates=16)
+    run_ray(smoke(iterations=3, exploration=explore), tmp_path, opts=ray_options())
+    rows = _rows(tmp_path)
+    assert "explore_prompts" not in rows[0]  # nothing was explored before the first update
+    explored = [r for r in rows[1:] if r.get("explore_prompts", 0) > 0]
+    assert explored, rows
+    for r in explored:
+        assert r["explore_budget_predicted"] > 0 and r["seeds_explored"] > 0
+        assert r["explore_weights_version"] == r["weights_version"] - 2  # one version stale
+        # The max-variance subset is at least as varied as the random first G seeds.
+        assert r["explored_selected_group_std"] >= r["explored_random_group_std"] - 1e-12
+        assert "rank_spearman_stale_fresh" in r
+    state = json.loads((tmp_path / "bandit_state.json").read_text())
+    assert state["planner"]["arms"]  # the planner learned and persisted its statistics
+
+
+def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp_path):
+    from spotlight.config import ExplorationConfig
+    from spotlight.controller import run_ray
+
+    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
+    run_ray(smoke(iterations=1, exploration=explore), tmp_path, opts=ray_options())
+    (row,) = _rows(tmp_path)
+    assert row["explore_prompts"] == 2 and row["explore_fallback_prompts"] == 0
+    assert row["seeds_explored"] == 16
+    # Trained groups are the selected ones (same weights): their std is the selected std.
+    assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])

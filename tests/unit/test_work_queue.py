@@ -125,3 +125,14 @@ def test_bad_items_are_refused(kwargs, match):
         WorkItem(**{**args, **kwargs})
     with pytest.raises(ValueError, match="lease_s"):
         WorkQueue(lease_s=0)
+
+
+def test_drop_withdraws_pending_leased_and_finished_items():
+    q = WorkQueue()
+    q.submit([item(0), item(1), item(2)])
+    a, b = q.pull("w", 2, 0.0)
+    q.complete(result(a.item_id))
+    assert q.drop(["rollout-0", "rollout-1", "rollout-2"]) == 2  # 1 leased + 1 pending
+    assert not q.complete(result(b.item_id))  # the late completion is ignored
+    assert q.results(["rollout-0", "rollout-1"]) == {}
+    assert q.stats()["pending"] == 0 and q.stats()["leased"] == 0

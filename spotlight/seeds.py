@@ -1,0 +1,56 @@
+"""Seed selection: from N explored seeds of a prompt, the G whose rewards vary most.
+
+For a fixed group size G, the subset of a list of numbers with maximal (population) variance
+consists of some k smallest and the G - k largest values (variance is convex in each member,
+so an optimal subset never holds a value strictly between two values it leaves out). A scan over
+k = 0..G of the sorted list therefore finds the optimum exactly in O(N log N + G^2).
+
+Ties are broken deterministically: rewards sort by (reward, position in the input), and among
+subsets of equal variance the smallest k wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def max_variance_subset(rewards: Sequence[float], group: int) -> list[int]:
+    """Indices (ascending) of the ``group`` rewards with maximal population variance."""
+    n = len(rewards)
+    if group < 1 or group > n:
+        raise ValueError(f"need 1 <= group <= number of rewards, got group {group} of {n}")
+    r = np.asarray(rewards, dtype=np.float64)
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards must be finite")
+    order = np.lexsort((np.arange(n), r))  # by reward, then input position
+    best_k, best_var = 0, -1.0
+    for k in range(group + 1):
+        idx = np.concatenate([order[:k], order[n - (group - k) :]])
+        var = float(r[idx].var())
+        if var > best_var + 1e-15:
+            best_k, best_var = k, var
+    chosen = np.concatenate([order[:best_k], order[n - (group - best_k) :]])
+    return sorted(int(i) for i in chosen)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"need two sequences of the same length >= 2, got {len(a)} and {len(b)}")
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x), dtype=float)
+    for v in np.unique(x):  # average ranks of ties
+        tie = x == v
+        if tie.sum() > 1:
+            ranks[tie] = ranks[tie].mean()
+    return ranks
