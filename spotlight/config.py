@@ -108,15 +108,15 @@ class ExplorationConfig:
     (soon stale) weights while the trainer trains; 'critical_path': explore with the fresh
     weights before each rollout (best-of-N, adds time to every iteration)."""
     max_candidates: int = 32
-    """Most seeds explored per prompt."""
+    """Most seeds explored per prompt (a multiple of the group size is used)."""
     num_buckets: int = 4
-    """Planner difficulty buckets."""
+    """Planner: difficulty buckets by a prompt's observed reward std."""
     ucb_c: float = 0.05
-    """Planner UCB bonus weight."""
+    """Planner: weight of the UCB exploration bonus (in units of reward std)."""
     prior_gain: float = 0.05
-    """Planner's optimistic gain of an unobserved arm."""
+    """Planner: optimistic gain of a never-observed arm (reward std per chunk)."""
     uniform: bool = False
-    """Planner ablation: spread the budget evenly."""
+    """Planner ablation: spread the budget evenly instead of by learned gains."""
     max_staleness: int = 1
     """Explored rewards older than this many weights versions are not used."""
     max_seeds_per_iteration: int = 1024
@@ -135,18 +135,13 @@ class ExplorationConfig:
                 "exploration: need max_staleness >= 1, max_seeds_per_iteration >= 0,"
                 " budget_scale >= 0"
             )
-        self.planner().validate(group)
-
-    def planner(self):
-        from spotlight.planner import PlannerConfig
-
-        return PlannerConfig(
-            max_candidates=self.max_candidates,
-            num_buckets=self.num_buckets,
-            ucb_c=self.ucb_c,
-            prior_gain=self.prior_gain,
-            uniform=self.uniform,
-        )
+        if self.max_candidates < 2 * group:
+            raise ValueError(
+                f"exploration.max_candidates ({self.max_candidates}) must be >= 2 x group size"
+                f" ({2 * group}): exploring only G seeds selects nothing"
+            )
+        if self.num_buckets < 1 or self.ucb_c < 0 or self.prior_gain < 0:
+            raise ValueError("exploration: num_buckets >= 1, ucb_c >= 0 and prior_gain >= 0")
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class Controller:
         self._last_tick = time.monotonic()
         from spotlight.planner import Planner
 
-        self.planner = Planner(cfg.exploration.planner(), cfg.grpo.group_size)
+        self.planner = Planner(cfg.exploration, cfg.grpo.group_size)
         self.next_selection = None
         """Seeds chosen by the exploration that ran during the last update (spot mode)."""
         self.next_explore_metrics: dict[str, Any] = {}

@@ -28,7 +28,8 @@ goes to the prompt whose next chunk has the highest score per seed (its first al
 two chunks: baseline + first useful chunk), until the budget or ``max_candidates`` per prompt
 is reached. ``uniform=True`` is the ablation: the same budget spread evenly over the prompts.
 
-Pure logic; its state is a JSON-able dict kept in the ``BanditState`` actor between iterations
+Its knobs are the ``ExplorationConfig`` fields of the run's config. Pure logic; its state is a
+JSON-able dict kept in the ``BanditState`` actor between iterations
 and driver restarts.
 """
 
@@ -42,39 +43,16 @@ from typing import Any
 
 import numpy as np
 
+from spotlight.config import ExplorationConfig
 from spotlight.seeds import max_variance_subset
-
-
-@dataclass(frozen=True)
-class PlannerConfig:
-    """Knobs of the exploration planner."""
-
-    max_candidates: int = 32
-    """Most seeds explored per prompt (a multiple of the group size is used)."""
-    num_buckets: int = 4
-    """Difficulty buckets by the prompt's last mean reward."""
-    ucb_c: float = 0.05
-    """Weight of the UCB exploration bonus (in units of reward std)."""
-    prior_gain: float = 0.05
-    """Optimistic gain of a never-observed arm (reward std per chunk)."""
-    uniform: bool = False
-    """Ablation: spread the budget evenly instead of by learned gains."""
-
-    def validate(self, group: int) -> None:
-        if self.max_candidates < 2 * group:
-            raise ValueError(
-                f"planner.max_candidates ({self.max_candidates}) must be >= 2 x group size"
-                f" ({2 * group}): exploring only G seeds selects nothing"
-            )
-        if self.num_buckets < 1 or self.ucb_c < 0 or self.prior_gain < 0:
-            raise ValueError("planner: num_buckets >= 1, ucb_c >= 0 and prior_gain >= 0")
 
 
 @dataclass
 class Planner:
     """Bandit statistics and the allocation rule (see the module docstring)."""
 
-    cfg: PlannerConfig
+    cfg: ExplorationConfig
+    """Its knobs: max_candidates, num_buckets, ucb_c, prior_gain, uniform."""
     group: int
     arms: dict[str, list[float]] = field(default_factory=dict)
     """'bucket,L' -> [count, mean gain]."""

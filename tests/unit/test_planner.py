@@ -4,12 +4,13 @@ and what it is for: a higher selected-group std than uniform allocation at the s
 import numpy as np
 import pytest
 
-from spotlight.planner import Planner, PlannerConfig, exploration_budget
+from spotlight.config import ExplorationConfig
+from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
 
 
 def test_chunk_gains_are_the_increase_of_the_selected_std():
-    p = Planner(PlannerConfig(max_candidates=8), group=2)
+    p = Planner(ExplorationConfig(max_candidates=8), group=2)
     rewards = [0.5, 0.5, 0.0, 0.4, 1.0, 0.5]
     # best 2 of the first 2: std 0; of 4: {0.0, 0.5} std 0.25; of 6: {0.0, 1.0} std 0.5
     assert p.chunk_gains(rewards) == pytest.approx([0.25, 0.25])
@@ -19,7 +20,7 @@ def test_chunk_gains_are_the_increase_of_the_selected_std():
 
 
 def test_allocation_respects_budget_and_limits():
-    p = Planner(PlannerConfig(max_candidates=16), group=4)
+    p = Planner(ExplorationConfig(max_candidates=16), group=4)
     plan = p.plan(["a", "b", "c"], budget=30)
     assert sum(plan.values()) <= 30
     assert all(n == 0 or (n % 4 == 0 and 8 <= n <= 16) for n in plan.values())
@@ -28,25 +29,25 @@ def test_allocation_respects_budget_and_limits():
 
 
 def test_learned_gains_steer_the_budget_to_where_exploring_pays():
-    p = Planner(PlannerConfig(max_candidates=32, ucb_c=0.0), group=4)
+    p = Planner(ExplorationConfig(max_candidates=32, ucb_c=0.0), group=4)
     for _ in range(5):
         p.observe("hard", [0.0] * 12)  # all-zero prompts: exploring adds nothing
         p.observe("mixed", [0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 0.5, 0.5, 0.2, 0.9, 0.5, 0.5])
     plan = p.plan(["hard", "mixed"], budget=16)
     assert plan == {"hard": 0, "mixed": 16}
-    assert Planner(PlannerConfig(max_candidates=32, uniform=True), group=4).plan(
+    assert Planner(ExplorationConfig(max_candidates=32, uniform=True), group=4).plan(
         ["hard", "mixed"], budget=16
     ) == {"hard": 8, "mixed": 8}
 
 
 def test_state_roundtrip_and_validation():
-    p = Planner(PlannerConfig(), group=4)
+    p = Planner(ExplorationConfig(), group=4)
     p.observe("x", [0.0, 1.0] * 8)
-    q = Planner(PlannerConfig(), group=4)
+    q = Planner(ExplorationConfig(), group=4)
     q.load(p.to_dict())
     assert q.to_dict() == p.to_dict()
     with pytest.raises(ValueError, match="max_candidates"):
-        Planner(PlannerConfig(max_candidates=4), group=4)
+        Planner(ExplorationConfig(max_candidates=4), group=4)
 
 
 def test_budget():
@@ -71,7 +72,7 @@ def test_planner_beats_uniform_at_equal_budget_on_a_synthetic_population():
                 return [1.0] * n
             return rng.choice([0.0, 0.3, 1.0], size=n, p=[0.85, 0.1, 0.05]).tolist()
 
-        p = Planner(PlannerConfig(max_candidates=32, uniform=uniform), group=4)
+        p = Planner(ExplorationConfig(max_candidates=32, uniform=uniform), group=4)
         selected = []
         for _ in range(40):
             prompts = rng.choice(list(kinds), size=8, replace=False).tolist()
