@@ -116,6 +116,43 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from spotlight.bench import MODES, plot_exploration, run_runs, summarize_runs
+    from spotlight.controller import RayOptions, connect
+
+    cfg = get_recipe(args.recipe)
+    cfg = dataclasses.replace(
+        cfg,
+        num_iterations=args.iterations or cfg.num_iterations,
+        val_every=args.val_every or cfg.val_every,
+    )
+    cfg.validate()
+    modes = args.modes or list(MODES)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    opts = RayOptions(num_samplers=args.samplers, wandb=False)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    connect(opts)  # one Ray for all runs
+    folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
+    summary = summarize_runs(folders, args.target_delta)
+    summary.update(recipe=cfg.recipe, iterations=cfg.num_iterations, seeds=args.seeds)
+    (out / "exploration.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot_exploration(summary, out / "exploration.png")
+    for mode, m in summary["modes"].items():
+        rho = m["rank_spearman_stale_fresh"]["mean"]
+        print(
+            f"[bench] {mode}: target reached {m['reached_target']}, final val "
+            f"{m['final_val_reward_mean']:.4f}, group std {m['group_reward_std_mean']:.4f}, "
+            f"zero-std groups {m['zero_std_group_share']:.1%}, "
+            f"{m['wall_s_per_iteration_mean']:.1f} s/iteration"
+            + (f", stale/fresh Spearman {rho:.2f}" if rho is not None else "")
+        )
+    print(f"[bench] -> {out / 'exploration.json'}, {out / 'exploration.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotlight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +233,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", required=True, help="folder for eval.json")
     ev.add_argument("--device", default="cpu")
     ev.set_defaults(func=_eval)
+
+    bench = sub.add_parser("bench", help="benchmarks that need real runs")
+    bench.add_argument("what", choices=["exploration"])
+    bench.add_argument("--out", required=True, help="folder for exploration.json and the runs")
+    bench.add_argument("--recipe", default=DEFAULT_RECIPE, choices=sorted(RECIPES))
+    bench.add_argument("--iterations", type=int, help="iterations per run (default: recipe's)")
+    bench.add_argument("--val-every", type=int, help="validation interval (default: recipe's)")
+    bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
+    bench.add_argument("--modes", nargs="+", help="subset of off critical_path spot spot_uniform")
+    bench.add_argument(
+        "--target-delta", type=float, default=0.15, help="target = initial validation + this"
+    )
+    bench.add_argument("--samplers", type=int, default=2)
+    bench.set_defaults(func=_bench)
     return parser
 
 
