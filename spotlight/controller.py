@@ -5,13 +5,20 @@
 it joins that cluster. One iteration:
 
 1. wait until the trainer has published the weights version of this iteration;
-2. submit the iteration's rollout items (the same (prompt, seed) pairs the single-process loop
-   draws) to the ``RequestQueue``; sampler replicas pull them, sample with that version, have the
-   reward deployment score them and complete them;
+2. submit the iteration's rollout items to the ``RequestQueue`` (the (prompt, seed) pairs the
+   single-process loop draws, or for explored prompts the seeds exploration selected); sampler
+   replicas pull them, sample with that version, have the reward deployment score them and
+   complete them;
 3. compute group advantages and post the training batch for the trainer;
-4. wait for the trainer's update: it has published version + 1 by then;
-5. write the metrics row (with GPU-seconds by pool and cost), then the checkpoint (the commit);
+4. (``exploration.mode = spot``) submit exploration items for the next iteration's prompts on
+   this version, sized by the planner to the predicted training time;
+5. wait for the trainer's update (it has published version + 1 by then); withdraw unfinished
+   exploration, select the next iteration's seeds, update the planner;
+6. write the metrics row (with GPU-seconds by pool and cost), then the checkpoint (the commit);
    score the validation prompts through the replicas when due.
+
+With ``exploration.mode = critical_path`` the exploration runs before step 2 on the fresh
+weights and the selected samples are trained on directly.
 
 A restarted driver (``--resume DIR``) continues after the last checkpointed iteration: the
 trainer starts from that checkpoint and publishes its version, finished queue items of the
@@ -405,7 +412,7 @@ class Controller:
         extra: dict[str, Any] = {}
         selection = None
         if mode == "critical_path":  # explore with the fresh weights, then use the best
-            budget = min(cfg.exploration.max_seeds_per_iteration, len(unique) * 10**6)
+            budget = cfg.exploration.max_seeds_per_iteration  # best-of-N: as much as it takes
             selection, extra = self._explore_now(it, version, unique, budget)
         elif mode == "spot" and self.next_selection is not None:
             selection, extra = self.next_selection, dict(self.next_explore_metrics)
