@@ -103,10 +103,16 @@ def _free_port() -> int:
 def test_ray_job_submit_runs_a_short_job_to_completion(tmp_path):
     ray_bin = str(Path(sys.executable).with_name("ray"))
     port, dash = _free_port(), _free_port()
+    # Every fixed-default port moved off its default, so another Ray on the machine (a local
+    # run, a second test session) cannot take the job agent's port.
+    agent, grpc, metrics, env_agent, client = (_free_port() for _ in range(5))
     resources = json.dumps(local_resources(ray_options()))
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=6",
-         f"--resources={resources}", "--include-dashboard=true", f"--dashboard-port={dash}"],
+         f"--resources={resources}", "--include-dashboard=true", f"--dashboard-port={dash}",
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={grpc}",
+         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={env_agent}",
+         f"--ray-client-server-port={client}"],
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -116,17 +122,17 @@ def test_ray_job_submit_runs_a_short_job_to_completion(tmp_path):
     try:
         submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--"]
         entry = [*TRAIN[:-1], "2", "--out", str(out)]
-        deadline = time.monotonic() + 120
-        while True:  # the dashboard takes a few seconds to come up
+        # Wait until the cluster accepts jobs: the dashboard answers before the node's job
+        # agent is up ("No available agent to submit job, please try again later").
+        deadline = time.monotonic() + 180
+        while True:
             probe = subprocess.run(
-                [ray_bin, "job", "list", f"--address=http://127.0.0.1:{dash}"],
-                env=_env(),
-                capture_output=True,
-                timeout=60,
+                [*submit, "echo", "ready"], env=_env(), capture_output=True, text=True, timeout=120
             )
             if probe.returncode == 0 or time.monotonic() > deadline:
                 break
-            time.sleep(1)
+            time.sleep(2)
+        assert probe.returncode == 0, probe.stderr[-2000:]
         job = subprocess.run(
             [*submit, *entry], env=_env(), capture_output=True, text=True, timeout=400
         )
