@@ -51,6 +51,7 @@ from spotlight.run_local import (
     _sha256,
     _truncate_metrics,
     _write_json,
+    read_checkpoint_state,
 )
 
 APP_NAME = "spotlight"
@@ -587,22 +588,9 @@ class Controller:
 
     def evaluate(self, it: int, version: int) -> float:
         """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
-        from spotlight.work_queue import WorkItem
-
         self.wait_version(version)
         flat = [(p, s) for p in self.val_prompts for s in range(self.cfg.num_val_seeds)]
-        n = self.cfg.sampler.batch_size
-        items = [
-            WorkItem(
-                f"v{it}-v{version}-{k}",
-                "val",
-                it,
-                version,
-                tuple(p for p, _ in flat[lo : lo + n]),
-                tuple(s for _, s in flat[lo : lo + n]),
-            )
-            for k, lo in enumerate(range(0, len(flat), n))
-        ]
+        items = self._chunk_items(flat, f"v{it}-v{version}", "val", it, version)
         results = self.run_items(items, f"validation at v{version}")
         rewards = [r for item in items for r in results[item.item_id].rewards]
         first = results[items[0].item_id]
@@ -655,22 +643,8 @@ class Controller:
         }
 
     def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, bytes]]:
+        state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
         ckpt = self.out_dir / CKPT_DIR
-        if not (ckpt / "state.json").exists():
-            raise ValueError(
-                f"--resume {self.out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
-                " or it stopped before its first iteration finished)"
-            )
-        state = json.loads((ckpt / "state.json").read_text())
-        if state["recipe"] != self.cfg.recipe:
-            raise ValueError(
-                f"--resume {self.out_dir}: that run used recipe {state['recipe']!r}, "
-                f"not {self.cfg.recipe!r}"
-            )
-        if _sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
-            raise ValueError(
-                f"--resume {self.out_dir}: policy.safetensors does not match its checksum"
-            )
         nxt = state.get("next_selection")
         if nxt:
             from spotlight.exploration import Selection

@@ -129,7 +129,9 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
     )
 
 
-def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
+def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
+    """``state.json`` of a run folder's checkpoint, after checking it is one of ``recipe``
+    and that the weights match their checksum (both runners resume through this)."""
     ckpt = out_dir / CKPT_DIR
     if not (ckpt / "state.json").exists():
         raise ValueError(
@@ -137,12 +139,18 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
             " or it stopped before its first iteration finished)"
         )
     state = json.loads((ckpt / "state.json").read_text())
-    if state["recipe"] != cfg.recipe:
+    if state["recipe"] != recipe:
         raise ValueError(
-            f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {cfg.recipe!r}"
+            f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {recipe!r}"
         )
     if _sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
         raise ValueError(f"--resume {out_dir}: policy.safetensors does not match its checksum")
+    return state
+
+
+def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
+    state = read_checkpoint_state(out_dir, cfg.recipe)
+    ckpt = out_dir / CKPT_DIR
     loop.policy.load_state_dict(load_file(str(ckpt / "policy.safetensors")))
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     loop.weights_version = state["weights_version"]
