@@ -22,13 +22,13 @@ from typing import Any
 
 import ray
 
-from spotlight.work_queue import ItemResult, WorkItem, WorkQueue
+from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class RequestQueue:
-    def __init__(self, lease_s: float = 120.0):
-        self._q = WorkQueue(lease_s)
+    def __init__(self, lease_s: float = 120.0, spill: SpillPolicy | None = None):
+        self._q = WorkQueue(lease_s, spill)
         self._mailbox: dict[str, Any] = {}
         self._changed = asyncio.Event()
 
@@ -59,7 +59,7 @@ class RequestQueue:
         return kept
 
     async def submit(self, items: list[WorkItem]) -> int:
-        added = self._q.submit(items)
+        added = self._q.submit(items, time.monotonic())
         self._notify()
         return added
 
@@ -83,10 +83,26 @@ class RequestQueue:
         self._notify()
         return first
 
-    async def release(self, worker_id: str) -> int:
-        n = self._q.release(worker_id)
+    async def commit(self, item_id: str, worker_id: str, checkpoint: ItemCheckpoint) -> bool:
+        return self._q.commit(item_id, worker_id, checkpoint, time.monotonic())
+
+    async def leased(self) -> list[dict[str, Any]]:
+        return self._q.leased()
+
+    async def release(
+        self,
+        worker_id: str,
+        checkpoints: dict[str, ItemCheckpoint] | None = None,
+        notice: bool = False,
+    ) -> int:
+        n = self._q.release(worker_id, checkpoints, time.monotonic(), notice)
         self._notify()
         return n
+
+    async def configure(self, lease_s: float, spill: SpillPolicy) -> None:
+        """Set the run's lease and spill policy (the actor may outlive the driver that made it)."""
+        self._q.lease_s = lease_s
+        self._q.spill = spill
 
     async def results(self, item_ids: list[str]) -> dict[str, ItemResult]:
         self._q.expire(time.monotonic())

@@ -10,6 +10,16 @@ fast replica takes more items than a slow one, and a replica that vanishes only 
 Placement: replicas ask for one ``sampler_gpu`` (plus a GPU on a cluster); cluster.yaml offers it
 on spot nodes first and on the on-demand fallback type at lower priority. Each replica reports
 which pool it landed on, for the cost ledger.
+
+Preemptions: a replica samples an item step by step and commits the item's in-flight state (every
+trajectory after step k: latents, generator state, weights version, recorded path) to the queue
+every ``commit_every`` steps, so a replica that dies without warning loses at most that many
+steps per item (its lease expires and another replica resumes from the commit). A watcher thread
+looks for a notice: a drain of its node requested through Ray (the trace injector, Serve, an
+operator, or another replica's watcher) or, when ``notice_sources`` names clouds, the instance
+metadata (spotlight/notices.py), which it turns into a drain of the node with the deadline less
+``drain_margin_s``. On a notice the replica stops pulling, commits each item in hand at its
+current step, hands the items back and idles until its node goes. A graceful stop does the same.
 """
 
 from __future__ import annotations
@@ -47,6 +57,14 @@ class ReplicaSpec:
     """On a graceful stop, wait this long for the item in hand (below Serve's 20 s default)."""
     heartbeat_s: float = 2.0
     """Lease heartbeat and queue-depth refresh interval."""
+    commit_every: int = 0
+    """Commit an item's in-flight state every this many steps (0: only on a notice)."""
+    notice_poll_s: float = 1.0
+    """How often the watcher looks for a notice."""
+    notice_sources: tuple[str, ...] = ()
+    """Clouds whose instance metadata to poll ('aws', 'gcp'); Ray drains are always watched."""
+    drain_margin_s: float = 10.0
+    """A cloud notice drains the node this long before the cloud's deadline."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,18 +112,32 @@ class SamplerReplica:
         self._reward = reward_handle
         self._actors = get_actors()
         ctx = serve.get_replica_context()
-        self.worker_id = f"{ctx.replica_id.unique_id}@{os.getpid()}"
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.worker_id = f"{ctx.replica_id.unique_id}@{self.node_id[:8]}:{os.getpid()}"
         self.pool = node_pool()
         self.version: tuple[int, str] | None = None
         """(version, sha256) of the loaded weights."""
-        self.counters = {"items": 0, "samples": 0, "busy_s": 0.0, "weights_loads": 0}
+        self.counters = {
+            "items": 0,
+            "samples": 0,
+            "busy_s": 0.0,
+            "weights_loads": 0,
+            "commits": 0,
+            "items_handed_back": 0,
+            "items_resumed": 0,
+        }
         self.weights_load_s: list[float] = []
         self.started_at = time.time()
         self._error: str | None = None
         self._queue_depth = (0, 0)
+        self._last_beat = 0.0
         self._stop = threading.Event()
+        """Set on a graceful stop or a notice: commit what is in hand, hand it back, stop."""
+        self.notice: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name="pull-loop", daemon=True)
         self._thread.start()
+        self._watcher = threading.Thread(target=self._watch, name="notice-watch", daemon=True)
+        self._watcher.start()
 
     # -- Serve-facing --------------------------------------------------------------------
     def __call__(self) -> dict[str, Any]:
@@ -119,6 +151,8 @@ class SamplerReplica:
             "started_at": self.started_at,
             "error": self._error,
             "weights_load_s": list(self.weights_load_s),
+            "node_id": self.node_id,
+            "notice": self.notice,
             **self.counters,
         }
 
@@ -134,30 +168,70 @@ class SamplerReplica:
             raise RuntimeError(f"sampler pull loop failed: {self._error}")
 
     def __del__(self):
-        """Graceful stop (Serve scaling down or moving the replica): finish the item in hand,
-        then hand back any other lease, so no item waits for its lease to expire."""
+        """Graceful stop (Serve scaling down or moving the replica): commit the item in hand at
+        its current step and hand it back, so no item waits for its lease to expire."""
         self._stop.set()
         self._thread.join(timeout=self.spec.stop_timeout_s)
         with contextlib.suppress(Exception):
             ray.get(self._actors.queue.release.remote(self.worker_id), timeout=5)
 
+    # -- Notices -----------------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Turn the first notice (a Ray drain of this node, or a cloud's) into ``_stop``."""
+        from spotlight.notices import NoticeWatcher
+
+        cloud = NoticeWatcher.for_clouds(list(self.spec.notice_sources))
+        while not self._stop.is_set():
+            try:
+                found = self._notice_now(cloud)
+            except Exception:  # a watcher error must not take the replica down
+                found = None
+            if found is not None:
+                self.notice = {**found, "seen_at": time.time()}
+                self._stop.set()
+                return
+            self._stop.wait(self.spec.notice_poll_s)
+
+    def _notice_now(self, cloud) -> dict[str, Any] | None:
+        draining = draining_deadlines()
+        if self.node_id in draining:
+            deadline_ms = draining[self.node_id]
+            return {"source": "ray", "deadline": deadline_ms / 1000 if deadline_ms else None}
+        found = cloud.poll(time.time()) if cloud.sources else None
+        if found is None:
+            return None
+        deadline = found.deadline_unix_s - self.spec.drain_margin_s
+        drain_node(self.node_id, deadline, f"{found.source} notice: {found.detail}")
+        return {"source": found.source, "deadline": deadline}
+
     # -- The pull loop ---------------------------------------------------------------------
+    def _beat(self, force: bool = False) -> None:
+        if force or time.monotonic() - self._last_beat > self.spec.heartbeat_s:
+            queue = self._actors.queue
+            queue.heartbeat.remote(self.worker_id)
+            stats = ray.get(queue.stats.remote())
+            self._queue_depth = (stats["pending"], stats["leased"])
+            self._last_beat = time.monotonic()
+
     def _run(self) -> None:
         queue = self._actors.queue
-        last_beat = 0.0
         try:
             while not self._stop.is_set():
-                if time.monotonic() - last_beat > self.spec.heartbeat_s:
-                    queue.heartbeat.remote(self.worker_id)
-                    stats = ray.get(queue.stats.remote())
-                    self._queue_depth = (stats["pending"], stats["leased"])
-                    last_beat = time.monotonic()
+                self._beat()
                 pull = queue.pull.remote(
                     self.worker_id, self.spec.max_items, None, self.pool, self.spec.pull_wait_s
                 )
                 items = ray.get(pull)
-                for item in items:
-                    ray.get(queue.complete.remote(self._process(item)))
+                for k, item in enumerate(items):
+                    if self._stop.is_set():  # a notice came: hand the rest back untouched
+                        ray.get(queue.release.remote(self.worker_id, None, self.notice is not None))
+                        self.counters["items_handed_back"] += len(items) - k
+                        break
+                    result = self._process(item)
+                    if result is not None:
+                        ray.get(queue.complete.remote(result))
+            # Stopped: nothing may stay leased here (counts the notice once if there is one).
+            ray.get(queue.release.remote(self.worker_id, None, self.notice is not None))
         except Exception:  # surfaced through check_health(): Serve restarts the replica
             self._error = traceback.format_exc()
             with contextlib.suppress(Exception):
@@ -179,22 +253,53 @@ class SamplerReplica:
         self.weights_load_s.append(time.perf_counter() - t0)
 
     def _process(self, item):
+        """Sample ``item`` (from its checkpoint, if it has one) step by step, committing every
+        ``commit_every`` steps; returns its result, or None when a notice or a stop came first
+        (the item's state is then committed and the item handed back)."""
         import torch
 
-        from spotlight.sampler import sample
-        from spotlight.work_queue import ItemResult
+        from spotlight.sampler import Trajectory, advance, start_trajectory
+        from spotlight.work_queue import ItemCheckpoint, ItemResult
 
+        queue = self._actors.queue
         t0 = time.perf_counter()
         loads = self.counters["weights_loads"]
         self._ensure_version(item.weights_version)
         load_s = self.weights_load_s[-1] if self.counters["weights_loads"] > loads else 0.0
-        trajs = sample(
-            self._policy,
-            list(item.prompts),
-            list(item.seeds),
-            self._sampler_cfg,
-            item.weights_version,
-        )
+        if item.resume is not None:
+            trajs = [Trajectory.from_bytes(b) for b in item.resume.trajectories]
+            self.counters["items_resumed"] += 1
+        else:
+            trajs = [
+                start_trajectory(
+                    p, s, self._policy.latent_shape, self._sampler_cfg, item.weights_version
+                )
+                for p, s in zip(item.prompts, item.seeds, strict=True)
+            ]
+        start_step = trajs[0].step
+        with torch.no_grad():
+            cond = self._policy.encode_prompts(list(item.prompts))
+        every = self.spec.commit_every
+        while not trajs[0].done:
+            if self._stop.is_set():  # notice or graceful stop: commit here, hand the item back
+                states = {}
+                if trajs[0].step > start_step:  # else the queue's checkpoint is as far
+                    ck = ItemCheckpoint(trajs[0].step, tuple(t.to_bytes() for t in trajs))
+                    states[item.item_id] = ck
+                    self.counters["commits"] += 1
+                ray.get(queue.release.remote(self.worker_id, states, self.notice is not None))
+                if self.notice is not None:
+                    self.notice["committed_s"] = time.time() - self.notice["seen_at"]
+                self.counters["items_handed_back"] += 1
+                self.counters["busy_s"] += time.perf_counter() - t0
+                return None
+            advance(self._policy, trajs, 1, cond)
+            step = trajs[0].step
+            if every and step % every == 0 and not trajs[0].done:
+                state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
+                ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
+                self.counters["commits"] += 1
+            self._beat()
         images = self._policy.decode(torch.stack([tr.latents for tr in trajs]))
         rewards = self._reward.remote(images, list(item.prompts)).result()
         busy = time.perf_counter() - t0
@@ -209,6 +314,29 @@ class SamplerReplica:
             rewards=[float(r) for r in rewards],
             trajectories=[tr.to_bytes() for tr in trajs] if keep else [],
             busy_s=busy,
+            resumed_from_step=start_step,
             weights_load_s=load_s,
             images=None if keep else images,
         )
+
+
+def draining_deadlines() -> dict[str, int]:
+    """``{node_id_hex: deadline_ms}`` of the nodes being drained (0: no deadline). Uses Ray's
+    private state API, as Serve and Train do (see RAY_NOTES)."""
+    from ray._private.state import state
+
+    return state.get_draining_nodes()
+
+
+def drain_node(node_id: str, deadline_unix_s: float, message: str) -> bool:
+    """Ask the GCS to drain ``node_id`` for a preemption, with a deadline; True if accepted."""
+    from ray.core.generated import autoscaler_pb2
+
+    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
+    accepted, _ = gcs.drain_node(
+        node_id,
+        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        message,
+        int(deadline_unix_s * 1000),
+    )
+    return bool(accepted)

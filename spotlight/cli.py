@@ -49,6 +49,17 @@ def _train(args: argparse.Namespace) -> int:
             on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
         ),
         wandb=not args.no_wandb,
+        lease_s=args.lease_s,
+        commit_every=args.commit_every,
+        spill=args.spill,
+        spill_wait_s=args.spill_wait_s,
+        notice_sources=tuple(args.notice_sources),
+        spot_trace=args.spot_trace,
+        trace_time_scale=args.trace_time_scale,
+        trace_notice_s=args.trace_notice_s,
+        trace_hard_share=args.trace_hard_share,
+        trace_start_s=args.trace_start_h * 3600 if args.trace_start_h is not None else None,
+        trace_seed=args.trace_seed,
     )
     opts.validate()
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
@@ -185,6 +196,55 @@ def build_parser() -> argparse.ArgumentParser:
         "--trainer-threads", type=int, default=2, help="torch threads per Ray Train worker"
     )
     train.add_argument("--no-wandb", action="store_true", help="do not log to W&B")
+    pre_g = train.add_argument_group("preemptions (ray runner)")
+    pre_g.add_argument(
+        "--commit-every",
+        type=int,
+        default=4,
+        help="replicas commit in-flight items every K denoising steps (0: on a notice only)",
+    )
+    pre_g.add_argument(
+        "--lease-s",
+        type=float,
+        default=120.0,
+        help="item lease (a silent replica's items wait this long)",
+    )
+    pre_g.add_argument(
+        "--spill",
+        choices=["never", "after_wait", "always"],
+        default="after_wait",
+        help="when on-demand sampler replicas take rollout items",
+    )
+    pre_g.add_argument("--spill-wait-s", type=float, default=30.0, help="for --spill after_wait")
+    pre_g.add_argument(
+        "--notice-sources",
+        nargs="*",
+        default=[],
+        choices=["aws", "gcp"],
+        help="clouds whose instance-metadata preemption notices replicas poll",
+    )
+    pre_g.add_argument(
+        "--spot-trace",
+        metavar="PATH",
+        help="replay this spot capacity trace on a local multi-node Ray (SkyPilot .json or"
+        " Oobleck .csv; a bare name finds the shipped ones in spotlight/assets/traces)",
+    )
+    pre_g.add_argument(
+        "--trace-time-scale", type=float, default=600.0, help="replay this many times faster"
+    )
+    pre_g.add_argument(
+        "--trace-notice-s", type=float, default=5.0, help="wall seconds of notice per preemption"
+    )
+    pre_g.add_argument(
+        "--trace-hard-share",
+        type=float,
+        default=0.0,
+        help="share of replayed preemptions without a notice (a hard kill)",
+    )
+    pre_g.add_argument(
+        "--trace-start-h", type=float, help="trace hour to start at (default: first capacity)"
+    )
+    pre_g.add_argument("--trace-seed", type=int, default=0, help="which nodes are preempted")
     prices = PriceTable()
     train.add_argument(
         "--on-demand-usd-per-gpu-h",

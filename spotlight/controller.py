@@ -57,6 +57,17 @@ from spotlight.run_local import (
 APP_NAME = "spotlight"
 TRAIN_DIR = "ray_train"
 BANDIT_FILE = "bandit_state.json"
+QUEUE_COUNTERS = (
+    "preemptions",
+    "preemption_notices",
+    "items_resumed",
+    "steps_resumed",
+    "items_released",
+    "leases_expired",
+    "duplicates_ignored",
+)
+"""Run counters kept by the queue actor (or the injector): carried over by a resumed driver."""
+
 WAIT_SLICE_S = 1.0
 """Long-poll slice: the controller accounts time and checks the trainer at least this often."""
 
@@ -86,6 +97,35 @@ class RayOptions:
     """Status line interval while waiting."""
     keep_cluster_state: bool = False
     """Leave the Serve app and detached actors running at the end (default: clean up)."""
+    # -- Preemptions (see deployments/sampler.py, spotlight/work_queue.py) --------------------
+    lease_s: float = 120.0
+    """A pulled item's lease; heartbeats and commits extend it. A replica that dies without a
+    word holds its items this long."""
+    commit_every: int = 4
+    """Replicas commit an item's in-flight state every this many steps (0: on a notice only)."""
+    spill: str = "after_wait"
+    """When on-demand sampler replicas take rollout items: never, after_wait, always."""
+    spill_wait_s: float = 30.0
+    """For ``after_wait``: how long a rollout item waits for spot capacity first."""
+    notice_sources: tuple[str, ...] = ()
+    """Clouds whose preemption notices the replicas poll ('aws', 'gcp'); Ray drains always."""
+    spot_trace: str | None = None
+    """Replay this capacity trace on a local multi-node Ray (spotlight/local_cluster.py)."""
+    trace_time_scale: float = 600.0
+    """Replay the trace this many times faster than real time."""
+    trace_notice_s: float = 5.0
+    """Wall seconds between a replayed preemption's notice and the node's removal."""
+    trace_hard_share: float = 0.0
+    """Share of replayed preemptions with no notice (the node is killed)."""
+    trace_start_s: float | None = None
+    """Trace time the replay starts at (default: where the trace first has capacity)."""
+    trace_seed: int = 0
+    """Which nodes the replay preempts."""
+
+    def spill_policy(self):
+        from spotlight.work_queue import SpillPolicy
+
+        return SpillPolicy(self.spill, self.spill_wait_s)
 
     def validate(self) -> None:
         counts = {
@@ -97,6 +137,16 @@ class RayOptions:
         bad = [f"{k} ({v})" for k, v in counts.items() if v < 1]
         if bad:
             raise ValueError(f"must be >= 1: {', '.join(bad)}")
+        if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
+            raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
+        self.spill_policy()
+        from spotlight.notices import NoticeWatcher
+
+        NoticeWatcher.for_clouds(list(self.notice_sources))  # refuses unknown clouds
+        if self.spot_trace is not None:
+            from spotlight.traces import load_trace
+
+            load_trace(self.spot_trace)  # a missing or malformed trace fails before Ray starts
 
 
 def local_resources(opts: RayOptions) -> dict[str, float]:
@@ -112,19 +162,48 @@ def local_resources(opts: RayOptions) -> dict[str, float]:
     }
 
 
-def connect(opts: RayOptions) -> bool:
-    """Join the cluster (or start the local one). Returns True when Ray was started here."""
+def connect(opts: RayOptions, log: TextIO | None = None):
+    """Join the cluster (or start the local one). Returns ``(started_here, injector)``: whether
+    Ray was started here, and the spot-trace injector (``opts.spot_trace``) or None."""
     import ray
 
     from spotlight.actors.names import NAMESPACE
 
     address = opts.address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
-        return False
+        return False, None
     env = {"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    if opts.spot_trace is not None:
+        if address:
+            raise ValueError(
+                "--spot-trace replays a trace on a local multi-node Ray; on a cluster the"
+                " preemptions are real (unset RAY_ADDRESS to replay one locally)"
+            )
+        from spotlight.local_cluster import LocalSpotCluster, build_injector, head_resources
+
+        cluster = LocalSpotCluster(
+            head_cpus=opts.num_train_workers + 3,
+            head_resources=head_resources(opts.num_train_workers, opts.spill != "never"),
+        )
+        injector = build_injector(
+            cluster,
+            opts.spot_trace,
+            max_nodes=opts.num_samplers,
+            time_scale=opts.trace_time_scale,
+            notice_s=opts.trace_notice_s,
+            hard_share=opts.trace_hard_share,
+            seed=opts.trace_seed,
+            start_s=opts.trace_start_s,
+            log=log,
+        )
+        injector.tick(time.time())  # the nodes the trace starts with
+        # Removed nodes make Ray print their raylets' last words; the logs stay in Ray's
+        # session folder (/tmp/ray/session_latest/logs).
+        ray.init(address=cluster.address, namespace=NAMESPACE, runtime_env=env, log_to_driver=False)
+        return True, injector
     if address:
         ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
-        return False
+        return False, None
     ray.init(
         address="local",  # a new local Ray, never a cluster some other process left running
         num_cpus=opts.num_samplers + opts.num_train_workers + 2,
@@ -133,7 +212,7 @@ def connect(opts: RayOptions) -> bool:
         include_dashboard=False,
         runtime_env=env,
     )
-    return True
+    return True, None
 
 
 def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | None = None) -> None:
@@ -182,13 +261,28 @@ def run_id_of(out_dir: Path, cfg: Config) -> str:
 class Controller:
     """State of one driver process (see the module docstring)."""
 
-    def __init__(self, cfg: Config, out_dir: Path, opts: RayOptions, log: TextIO | None):
+    def __init__(
+        self,
+        cfg: Config,
+        out_dir: Path,
+        opts: RayOptions,
+        log: TextIO | None,
+        injector=None,
+    ):
         self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
+        self.injector = injector
+        """The spot-trace injector (local replay), ticked from the wait loop (main thread)."""
         self.train_prompts, self.val_prompts = prompt_sets(cfg)
         self.ledger = Ledger(opts.prices)
-        self.preemptions = 0
-        self.items_resumed = 0
+        self.items_reused = 0
+        """Items whose results a restarted driver found already done in the queue."""
         self.items_lost = 0
+        self.queue_restarts = 0
+        self.queue_stats: dict[str, Any] = {}
+        self._counter_base: dict[str, int] = {}
+        """Counters a resumed run carried over, when the queue's own were lost."""
+        self._outstanding: dict[str, Any] = {}
+        """Items submitted and not yet collected (re-submitted if the queue loses its state)."""
         self.pickup_s: list[float] = []
         self._trainer_thread: threading.Thread | None = None
         self._trainer_error: BaseException | None = None
@@ -215,14 +309,20 @@ class Controller:
 
         from spotlight.actors.handles import ensure_actors
 
-        self.actors = ensure_actors(bandit_path=str((self.out_dir / BANDIT_FILE).resolve()))
-        kept = ray.get(self.actors.queue.open_run.remote(run_id_of(self.out_dir, self.cfg)))
+        self.actors = ensure_actors(
+            bandit_path=str((self.out_dir / BANDIT_FILE).resolve()), lease_s=self.opts.lease_s
+        )
+        self.run_id = run_id_of(self.out_dir, self.cfg)
+        kept = ray.get(self.actors.queue.open_run.remote(self.run_id))
+        ray.get(self.actors.queue.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
         ray.get(self.actors.queue.clear_mailbox.remote())
         ray.get(self.actors.broadcast.clear.remote())
         ray.get(self.actors.queue.cancel.remote())
         start, version, initial = 0, 0, None
         if resume:
             start, version, initial = self._load_checkpoint()
+            if kept:  # the queue's counters went on counting this run
+                self._counter_base = {}
         self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
         _print(
             self.log,
@@ -246,26 +346,50 @@ class Controller:
             sampler=dataclasses.asdict(cfg.sampler),
             threads=opts.threads_per_worker,
             device=opts.device,
+            commit_every=opts.commit_every,
+            notice_sources=tuple(opts.notice_sources),
         )
         gpu = opts.device.startswith("cuda")
-        sampler_opts = {
-            "num_cpus": 1,
-            "num_gpus": 1 if gpu else 0,
-            "resources": {names.RESOURCE_SAMPLER: 1},
+
+        def sampler_opts(pool: str | None) -> dict[str, Any]:
+            resources: dict[str, float] = {names.RESOURCE_SAMPLER: 1}
+            if pool is not None:  # pinned to one kind of node (the local trace replay)
+                resources[pool] = 0.001
+            return {"num_cpus": 1, "num_gpus": 1 if gpu else 0, "resources": resources}
+
+        def reward():  # on the on-demand side: a spot node's loss must not take it along
+            return RewardScorer.options(
+                ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
+            ).bind(cfg.reward, opts.threads_per_worker)
+
+        trace = self.injector is not None
+        apps = {
+            APP_NAME: SamplerReplica.options(
+                ray_actor_options=sampler_opts(names.RESOURCE_SPOT if trace else None),
+                autoscaling_config=_autoscaling(opts.num_samplers),
+                health_check_period_s=2,
+            ).bind(spec, reward())
         }
-        reward = RewardScorer.options(ray_actor_options={"num_cpus": 1}).bind(
-            cfg.reward, opts.threads_per_worker
-        )
-        app = SamplerReplica.options(
-            ray_actor_options=sampler_opts,
-            autoscaling_config=_autoscaling(opts.num_samplers),
-            health_check_period_s=2,
-        ).bind(spec, reward)
+        if trace and opts.spill != "never":  # the head's on-demand fallback replica
+            apps[APP_NAME + "-on-demand"] = SamplerReplica.options(
+                name="OnDemandSampler",
+                ray_actor_options=sampler_opts(names.RESOURCE_ON_DEMAND),
+                num_replicas=1,
+                health_check_period_s=2,
+            ).bind(spec, reward())
         quiet = {"log_level": "WARNING", "enable_access_log": False}
         serve.start(proxy_location="Disabled", logging_config=quiet)
         t0 = time.perf_counter()
-        serve.run(app, name=APP_NAME, route_prefix=None, logging_config=quiet)
-        _print(self.log, f"[spotlight] serve app up in {time.perf_counter() - t0:.1f} s")
+        for name, app in apps.items():
+            if trace:  # replicas wait for the trace's spot nodes; the wait loop ticks the trace
+                serve._run(app, _blocking=False, name=name, route_prefix=None, logging_config=quiet)
+            else:
+                serve.run(app, name=name, route_prefix=None, logging_config=quiet)
+        _print(
+            self.log,
+            f"[spotlight] serve app {'deployed' if trace else 'up'} in"
+            f" {time.perf_counter() - t0:.1f} s",
+        )
 
     def _start_trainer(self, start: int, version: int, initial) -> None:
         import ray
@@ -312,11 +436,12 @@ class Controller:
     # -- Waiting -------------------------------------------------------------------------
     def _tick(self, progress: str | None = None) -> None:
         """Account held GPU time since the last tick; fail fast when the trainer died."""
-        import ray
-
+        if self.injector is not None:
+            for ev in self.injector.tick(time.time()):
+                _print(self.log, f"  [spot trace] {ev.kind} spot node {ev.slot}")
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
-        stats = ray.get(self.actors.queue.stats.remote())
+        stats = self._queue_call("stats")
         self.queue_stats = stats
         for pool, n in stats["workers_by_pool"].items():
             self.ledger.hold(pool, n, dt)
@@ -366,18 +491,54 @@ class Controller:
             lambda: f"  waiting for the trainer to publish weights v{version}",
         )
 
+    def _queue_call(self, method: str, *args):
+        """A call to the queue actor that survives its restart: when the restarted actor has
+        lost its state (it holds no run), reopen the run and re-submit what is outstanding
+        (results are deterministic and idempotent by item id, so nothing is lost or doubled)."""
+        import ray
+
+        q = self.actors.queue
+        for attempt in range(30):
+            try:
+                out = ray.get(getattr(q, method).remote(*args))
+                if method == "stats" and out.get("run_id") != self.run_id:
+                    self._reopen_queue()
+                    out = ray.get(q.stats.remote())
+                return out
+            except ray.exceptions.RayActorError:  # restarting (max_restarts=-1): retry
+                if attempt == 29:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    def _reopen_queue(self) -> None:
+        import ray
+
+        q = self.actors.queue
+        ray.get(q.open_run.remote(self.run_id))
+        ray.get(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
+        outstanding = [it for it in self._outstanding.values()]
+        ray.get(q.submit.remote(outstanding))
+        self.queue_restarts += 1
+        _print(
+            self.log,
+            f"  the request queue restarted with no state: re-submitted {len(outstanding)}"
+            " outstanding item(s)",
+        )
+
     def run_items(self, items: list, label: str) -> dict[str, Any]:
         """Submit items and wait for all results (already finished ones are reused)."""
         import ray
 
         q = self.actors.queue
         ids = [it.item_id for it in items]
-        queued = ray.get(q.submit.remote(items))
-        self.items_resumed += len(items) - queued
+        self._outstanding.update({it.item_id: it for it in items})
+        queued = self._queue_call("submit", items)
+        self.items_reused += len(items) - queued
         done: dict[str, Any] = {}
 
         def poll(wait_s: float):
-            done.update(ray.get(q.wait_results.remote(ids, wait_s)))
+            done.update(self._queue_call("wait_results", ids, wait_s))
             return done if len(done) == len(ids) else None
 
         def status():
@@ -388,7 +549,14 @@ class Controller:
                 f"${self.ledger.cost_usd():.4f}"
             )
 
-        self._wait(label, poll, self.opts.item_timeout_s, status)
+        try:
+            self._wait(label, poll, self.opts.item_timeout_s, status)
+        except TimeoutError:
+            self.items_lost += len(ids) - len(done)
+            raise
+        finally:
+            for i in ids:
+                self._outstanding.pop(i, None)
         ray.get(q.forget.remote(ids))
         for r in done.values():
             self.ledger.busy(r.pool, r.busy_s)
@@ -586,6 +754,34 @@ class Controller:
             "explore_budget_used": sel.seeds_explored,
         }
 
+    def fault_counters(self) -> dict[str, Any]:
+        """Preemptions and what the queue did about them, for metrics.jsonl and summary.json.
+
+        ``preemptions``: nodes the trace replay took away (locally), else the replicas that
+        reported a notice. ``items_resumed`` / ``steps_resumed``: items continued from a
+        committed checkpoint, and the denoising steps that saved. ``items_lost``: items whose
+        result never came (0 unless a run fails)."""
+        s = self.queue_stats
+        inj = self.injector
+        base = self._counter_base
+        out = {
+            "preemptions": inj.stats.preemptions if inj else s.get("notices", 0),
+            "preemption_notices": inj.stats.notices if inj else s.get("notices", 0),
+            "items_resumed": s.get("items_resumed", 0),
+            "steps_resumed": s.get("steps_resumed", 0),
+            "items_released": s.get("released", 0),
+            "leases_expired": s.get("leases_expired", 0),
+            "items_reused": self.items_reused,
+            "items_lost": self.items_lost,
+            "duplicates_ignored": s.get("duplicates_ignored", 0),
+            "queue_restarts": self.queue_restarts,
+        }
+        for k in QUEUE_COUNTERS:
+            out[k] += base.get(k, 0)
+        if inj is not None:
+            out["spot_nodes"] = len(inj.nodes.nodes)
+        return out
+
     def evaluate(self, it: int, version: int) -> float:
         """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
         self.wait_version(version)
@@ -620,11 +816,7 @@ class Controller:
                 "policy_sha256": _sha256(ckpt / "policy.safetensors"),
                 "ledger": self.ledger.to_dict(),
                 "next_selection": self._selection_state(),
-                "counters": {
-                    "preemptions": self.preemptions,
-                    "items_resumed": self.items_resumed,
-                    "items_lost": self.items_lost,
-                },
+                "counters": self.fault_counters(),
             },
         )
 
@@ -660,9 +852,10 @@ class Controller:
         if "ledger" in state:
             self.ledger.load(state["ledger"])
             c = state.get("counters", {})
-            self.preemptions = c.get("preemptions", 0)
-            self.items_resumed = c.get("items_resumed", 0)
+            self.items_reused = c.get("items_reused", 0)
             self.items_lost = c.get("items_lost", 0)
+            self.queue_restarts = c.get("queue_restarts", 0)
+            self._counter_base = {k: v for k, v in c.items() if k in QUEUE_COUNTERS}
         initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
         return state["iterations_done"], state["weights_version"], initial
 
@@ -715,10 +908,10 @@ def run_ray(
                 " it or choose another --out"
             )
         _write_json(out_dir / "config.json", cfg.to_dict())
-    started_here = connect(opts)
-    ctl = Controller(cfg, out_dir, opts, log)
+    started_here, injector = connect(opts, log)
+    ctl = Controller(cfg, out_dir, opts, log, injector)
     try:
-        check_capacity(opts, autoscaling=not started_here, log=log)
+        check_capacity(opts, autoscaling=not started_here or injector is not None, log=log)
         start, version = ctl.start(resume)
         metrics_path = out_dir / "metrics.jsonl"
         _truncate_metrics(metrics_path, start)
@@ -745,11 +938,8 @@ def run_ray(
             m.update(ctl.ledger.snapshot())
             m.update(
                 wall_s=time.perf_counter() - t_start,
-                preemptions=ctl.preemptions,
-                items_resumed=ctl.items_resumed,
-                items_lost=ctl.items_lost,
+                **ctl.fault_counters(),
                 queue_depth=ctl.queue_stats["pending"],
-                duplicates_ignored=ctl.queue_stats["duplicates_ignored"],
                 replicas=ctl.queue_stats["workers_by_pool"],
             )
             with metrics_path.open("a") as f:
@@ -777,6 +967,8 @@ def run_ray(
             _cleanup()
         if started_here:
             ray.shutdown()
+        if injector is not None:
+            injector.nodes.shutdown()
 
 
 def _cleanup() -> None:
@@ -798,9 +990,7 @@ def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]
     out.update(
         runner="ray",
         weights_version=rows[-1]["weights_version"] if rows else None,
-        preemptions=ctl.preemptions,
-        items_resumed=ctl.items_resumed,
-        items_lost=ctl.items_lost,
+        **ctl.fault_counters(),
         num_samplers=ctl.opts.num_samplers,
         num_train_workers=ctl.opts.num_train_workers,
         prices=dataclasses.asdict(ctl.opts.prices),

@@ -136,3 +136,101 @@ def test_drop_withdraws_pending_leased_and_finished_items():
     assert not q.complete(result(b.item_id))  # the late completion is ignored
     assert q.results(["rollout-0", "rollout-1"]) == {}
     assert q.stats()["pending"] == 0 and q.stats()["leased"] == 0
+
+
+# -- Checkpoints, returned items' place, spill to on-demand ---------------------------------------
+from spotlight.work_queue import ItemCheckpoint, SpillPolicy  # noqa: E402
+
+
+def ck(step, n=1):
+    return ItemCheckpoint(step, tuple(f"state{step}-{i}".encode() for i in range(n)))
+
+
+def test_an_interrupted_item_resumes_from_its_last_commit_after_a_lease_expiry():
+    q = WorkQueue(lease_s=10.0)
+    q.submit([item(0)])
+    (it,) = q.pull("a", 1, now=0.0)
+    assert it.resume is None
+    assert q.commit(it.item_id, "a", ck(3), now=4.0)
+    assert q.commit(it.item_id, "a", ck(6), now=8.0)  # a commit extends the lease ...
+    assert q.pull("b", 1, now=15.0) == []  # ... so it has not expired at 15
+    (again,) = q.pull("b", 1, now=18.5)  # node died after step 6: expired at 18
+    assert again.resume.step == 6 and again.resume.worker_id == "a"
+    assert again.resume.trajectories == (b"state6-0",)
+    assert q.stats()["items_resumed"] == 1 and q.stats()["steps_resumed"] == 6
+    # the dead worker's late commit is refused; the new holder cannot go back in steps
+    assert not q.commit(it.item_id, "a", ck(9), now=19.0)
+    assert not q.commit(it.item_id, "b", ck(2), now=19.0)
+    assert q.commit(it.item_id, "b", ck(8), now=19.0)
+    assert q.complete(result(it.item_id, "b"))
+    assert q.checkpoint(it.item_id) is None and q.stats()["checkpoints_held"] == 0
+    assert q.stats()["checkpoints_refused"] == 2
+
+
+def test_release_with_checkpoints_commits_then_returns_the_items():
+    q = WorkQueue()
+    q.submit([item(0), item(1)])
+    a, b = q.pull("w", 2, now=0.0)
+    assert q.release("w", {a.item_id: ck(4)}, now=1.0) == 2
+    got = {it.item_id: it for it in q.pull("x", 2, now=2.0)}
+    assert got[a.item_id].resume.step == 4 and got[b.item_id].resume is None
+    assert q.stats()["released"] == 2
+
+
+def test_a_checkpoint_must_cover_every_sample():
+    q = WorkQueue()
+    q.submit([WorkItem("r", "rollout", 0, 0, ("p", "p"), (1, 2))])
+    q.pull("w", 1, 0.0)
+    with pytest.raises(ValueError, match="2 samples"):
+        q.commit("r", "w", ck(1, n=1), 0.0)
+
+
+def test_returned_items_keep_their_place_among_their_kind():
+    q = WorkQueue()
+    q.submit([item(0), item(1)])
+    q.pull("w", 1, now=0.0)
+    q.submit([item(2)])
+    q.release("w", now=1.0)
+    assert [it.item_id for it in q.pull("x", 3, now=2.0)] == ["rollout-0", "rollout-1", "rollout-2"]
+
+
+@pytest.mark.parametrize(
+    "mode, at, expected",
+    [
+        ("never", 100.0, []),
+        ("always", 0.0, ["rollout-0", "val-1"]),
+        ("after_wait", 29.0, []),
+        ("after_wait", 30.0, ["rollout-0", "val-1"]),
+    ],
+)
+def test_on_demand_replicas_take_only_what_the_spill_policy_allows(mode, at, expected):
+    q = WorkQueue(spill=SpillPolicy(mode, wait_s=30.0))
+    q.submit([item(0), item(1, "val"), item(2, "explore")], now=0.0)
+    got = [it.item_id for it in q.pull("od", 5, now=at, pool="on_demand")]
+    assert got == expected
+    # spot replicas take everything, exploration included
+    assert "explore-2" in [it.item_id for it in q.pull("spot", 5, now=at, pool="spot")]
+
+
+def test_spill_wait_counts_from_the_return_to_the_queue():
+    q = WorkQueue(lease_s=10.0, spill=SpillPolicy("after_wait", wait_s=5.0))
+    q.submit([item(0)], now=0.0)
+    q.pull("spot", 1, now=0.0)
+    q.release("spot", now=20.0)  # spot node preempted at 20
+    assert q.pull("od", 1, now=24.0, pool="on_demand") == []
+    assert [it.item_id for it in q.pull("od", 1, now=25.0, pool="on_demand")] == ["rollout-0"]
+
+
+def test_bad_spill_policy():
+    with pytest.raises(ValueError, match="unknown spill mode"):
+        SpillPolicy("sometimes")
+
+
+def test_notices_count_each_worker_once():
+    q = WorkQueue()
+    q.submit([item(0)])
+    q.pull("w", 1, 0.0)
+    q.release("w", notice=True)
+    q.release("w", notice=True)
+    q.release("v")
+    assert q.stats()["notices"] == 1
