@@ -11,6 +11,11 @@ as soon as there is something (or when the wait runs out), so idle replicas and 
 controller cost a call per second, not a busy loop. It is an async actor: methods run one at a
 time on its event loop and change state only between ``await``s, so each change is atomic. Time
 is the actor's own monotonic clock, so leases do not depend on callers' clocks.
+
+A restart (``max_restarts=-1``) loses the state: the controller notices (the queue holds no run),
+reopens the run, re-submits its outstanding items and re-posts its training batch; the trainer
+notices a new ``incarnation`` and re-posts its last update. Results are idempotent by item id,
+so a restart costs recomputation, never an item.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from typing import Any
 
 import ray
@@ -29,6 +35,8 @@ from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkIt
 class RequestQueue:
     def __init__(self, lease_s: float = 120.0, spill: SpillPolicy | None = None):
         self._q = WorkQueue(lease_s, spill)
+        self._incarnation = uuid.uuid4().hex
+        """New on every (re)start: lets the trainer see that the mailbox was lost."""
         self._mailbox: dict[str, Any] = {}
         self._changed = asyncio.Event()
 
@@ -145,6 +153,9 @@ class RequestQueue:
     async def wait_post(self, key: str, wait_s: float) -> Any:
         """The value under ``key`` as soon as it is posted (None after ``wait_s``)."""
         return await self._until(lambda: self._mailbox.get(key), wait_s)
+
+    async def incarnation(self) -> str:
+        return self._incarnation
 
     async def take(self, key: str) -> Any:
         return self._mailbox.pop(key, None)

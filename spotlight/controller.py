@@ -279,6 +279,8 @@ class Controller:
         self.items_lost = 0
         self.queue_restarts = 0
         self.queue_stats: dict[str, Any] = {}
+        self._posted: tuple[str, Any] | None = None
+        """The training batch posted and not yet answered (re-posted after a queue restart)."""
         self._counter_base: dict[str, int] = {}
         """Counters a resumed run carried over, when the queue's own were lost."""
         self._outstanding: dict[str, Any] = {}
@@ -517,8 +519,10 @@ class Controller:
         q = self.actors.queue
         ray.get(q.open_run.remote(self.run_id))
         ray.get(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
-        outstanding = [it for it in self._outstanding.values()]
+        outstanding = list(self._outstanding.values())
         ray.get(q.submit.remote(outstanding))
+        if self._posted is not None:  # the training batch the trainer may still wait for
+            ray.get(q.post.remote(*self._posted))
         self.queue_restarts += 1
         _print(
             self.log,
@@ -626,18 +630,20 @@ class Controller:
             "seed": update_seed(cfg, it),
         }
         q = self.actors.queue
-        ray.get(q.post.remote(train_batch_key(it), [ray.put(batch)]))
+        self._posted = (train_batch_key(it), [ray.put(batch)])
+        ray.get(q.post.remote(*self._posted))
         exploration = None
         if mode == "spot" and it + 1 < cfg.num_iterations:  # explore while the trainer trains
             exploration = self._submit_exploration(it + 1, version)
         update = self._wait(
             f"update of iteration {it}",
-            lambda wait_s: ray.get(q.wait_post.remote(update_key(it), wait_s)),
+            lambda wait_s: self._queue_call("wait_post", update_key(it), wait_s),
             self.opts.item_timeout_s,
             lambda: f"  iteration {it + 1}: waiting for the trainer's update",
         )
         ray.get(q.take.remote(train_batch_key(it)))
         ray.get(q.take.remote(update_key(it)))
+        self._posted = None
         self.ledger.busy("on_demand", update["train_s"] * update["world_size"])
         self._train_s = _ema(self._train_s, update["train_s"])
         self._pending_optimizer = ray.get(update["optimizer"][0])

@@ -65,12 +65,20 @@ def _allreduce_mean(params: list[torch.nn.Parameter]) -> None:
         offset += n
 
 
-def _wait_mailbox(queue, key: str, timeout_s: float) -> Any:
+def _wait_mailbox(queue, key: str, timeout_s: float, repost=None) -> Any:
+    """The value posted under ``key``. ``repost = (incarnation, key, value)``: our last post;
+    if the queue actor restarted since (a new incarnation: its mailbox is gone), post it again
+    so the controller waiting for it gets it."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = ray.get(queue.wait_post.remote(key, MAILBOX_WAIT_S))
         if value is not None:
             return value
+        if repost is not None:
+            now = ray.get(queue.incarnation.remote())
+            if now != repost[0]:
+                ray.get(queue.post.remote(repost[1], repost[2]))
+                repost = (now, repost[1], repost[2])
         if time.monotonic() > deadline:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
 
@@ -133,8 +141,11 @@ def train_loop(config: dict[str, Any]) -> None:
         publish_weights(actors.broadcast, version, start, policy_bytes(policy))
     sync = _allreduce_mean if world > 1 else None
 
+    last_post = None
     for it in range(start, cfg.num_iterations):
-        (batch_ref,) = _wait_mailbox(actors.queue, train_batch_key(it), config["batch_timeout_s"])
+        (batch_ref,) = _wait_mailbox(
+            actors.queue, train_batch_key(it), config["batch_timeout_s"], last_post
+        )
         batch = ray.get(batch_ref)
         t0 = time.perf_counter()
         trajectories = [Trajectory.from_bytes(b) for b in batch["trajectories"]]
@@ -159,7 +170,9 @@ def train_loop(config: dict[str, Any]) -> None:
             opt = optimizer_bytes(optimizer)
             publish_weights(actors.broadcast, version, it + 1, weights)
             update = {**metrics, "world_size": world, "optimizer": [ray.put(opt)]}
+            incarnation = ray.get(actors.queue.incarnation.remote())
             ray.get(actors.queue.post.remote(update_key(it), update))
+            last_post = (incarnation, update_key(it), update)
             with tempfile.TemporaryDirectory() as d:
                 (Path(d) / "policy.safetensors").write_bytes(weights)
                 (Path(d) / "optimizer.pt").write_bytes(opt)

@@ -157,6 +157,7 @@ def test_items_survive_a_notice_a_hard_kill_and_a_node_coming_back(spot_cluster)
 
     # 3. Capacity comes back: a new spot node; Serve places the replicas there.
     cluster.add_node(num_cpus=1, resources=SPOT)
+
     def all_done():
         found = ray.get(q.results.remote(ids))
         return found if len(found) == len(ids) else None
