@@ -84,11 +84,12 @@ def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path)
                 continue
             try:
                 q = get_actors().queue
-                if ray.get(q.stats.remote())["results"] + ray.get(q.stats.remote())["leased"]:
-                    if (out / "metrics.jsonl").exists():  # mid-run: after the first iteration
-                        ray.kill(q, no_restart=False)
-                        killed.set()
-            except Exception:  # noqa: S112 (Ray or the actors not up yet)
+                stats = ray.get(q.stats.remote())
+                # mid-run (after the first iteration), with items in flight or done
+                if stats["results"] + stats["leased"] and (out / "metrics.jsonl").exists():
+                    ray.kill(q, no_restart=False)
+                    killed.set()
+            except Exception:  # Ray or the actors not up yet
                 continue
 
     killer = threading.Thread(target=kill_the_queue_once_items_flow, daemon=True)
