@@ -35,7 +35,7 @@ def _placement() -> dict:
 
 
 def ensure_actors(
-    bandit_path: str | None = None, lease_s: float = 120.0, keep_versions: int = 3
+    bandit_path: str | None = None, lease_s: float = 30.0, keep_versions: int = 3
 ) -> Actors:
     """The run's detached actors: existing ones (a restarted driver) or new ones."""
     common = {"namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}

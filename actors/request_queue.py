@@ -33,7 +33,7 @@ from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkIt
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class RequestQueue:
-    def __init__(self, lease_s: float = 120.0, spill: SpillPolicy | None = None):
+    def __init__(self, lease_s: float = 30.0, spill: SpillPolicy | None = None):
         self._q = WorkQueue(lease_s, spill)
         self._incarnation = uuid.uuid4().hex
         """New on every (re)start: lets the trainer see that the mailbox was lost."""

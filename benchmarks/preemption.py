@@ -175,7 +175,7 @@ def part_queue(n: int = 2000) -> dict:
 
 
 def part_commit(
-    ks: tuple[int, ...] = (0, 1, 2, 5), kills: int = 500, commit_ms: float = 0.0
+    ks: tuple[int, ...] = (0, 1, 2, 4, 5), kills: int = 500, commit_ms: float = 0.0
 ) -> dict:
     import torch
 

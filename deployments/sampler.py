@@ -56,7 +56,8 @@ class ReplicaSpec:
     stop_timeout_s: float = 15.0
     """On a graceful stop, wait this long for the item in hand (below Serve's 20 s default)."""
     heartbeat_s: float = 2.0
-    """Lease heartbeat and queue-depth refresh interval."""
+    """Lease heartbeat and queue-depth refresh interval (from the watcher thread, so it goes
+    on through long steps and weights loads)."""
     commit_every: int = 0
     """Commit an item's in-flight state every this many steps (0: only on a notice)."""
     notice_poll_s: float = 1.0
@@ -177,20 +178,24 @@ class SamplerReplica:
 
     # -- Notices -----------------------------------------------------------------------------
     def _watch(self) -> None:
-        """Turn the first notice (a Ray drain of this node, or a cloud's) into ``_stop``."""
+        """Heartbeats (so a lease outlives a long step or weights load) and the notice watch:
+        the first notice (a Ray drain of this node, or a cloud's) sets ``_stop``."""
         from spotlight.notices import NoticeWatcher
 
         cloud = NoticeWatcher.for_clouds(list(self.spec.notice_sources))
-        while not self._stop.is_set():
+        while self.notice is None:
+            with contextlib.suppress(Exception):  # a failed beat or poll must not end the watch
+                self._beat()
             try:
                 found = self._notice_now(cloud)
-            except Exception:  # a watcher error must not take the replica down
+            except Exception:
                 found = None
             if found is not None:
                 self.notice = {**found, "seen_at": time.time()}
                 self._stop.set()
                 return
-            self._stop.wait(self.spec.notice_poll_s)
+            if self._stop.wait(self.spec.notice_poll_s) and self.notice is None:
+                return  # a graceful stop
 
     def _notice_now(self, cloud) -> dict[str, Any] | None:
         draining = draining_deadlines()
@@ -205,8 +210,9 @@ class SamplerReplica:
         return {"source": found.source, "deadline": deadline}
 
     # -- The pull loop ---------------------------------------------------------------------
-    def _beat(self, force: bool = False) -> None:
-        if force or time.monotonic() - self._last_beat > self.spec.heartbeat_s:
+    def _beat(self) -> None:
+        """Extend this replica's leases and refresh the queue depth (autoscaling metric)."""
+        if time.monotonic() - self._last_beat > self.spec.heartbeat_s:
             queue = self._actors.queue
             queue.heartbeat.remote(self.worker_id)
             stats = ray.get(queue.stats.remote())
@@ -217,7 +223,6 @@ class SamplerReplica:
         queue = self._actors.queue
         try:
             while not self._stop.is_set():
-                self._beat()
                 pull = queue.pull.remote(
                     self.worker_id, self.spec.max_items, None, self.pool, self.spec.pull_wait_s
                 )
@@ -299,7 +304,6 @@ class SamplerReplica:
                 state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
                 ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
                 self.counters["commits"] += 1
-            self._beat()
         images = self._policy.decode(torch.stack([tr.latents for tr in trajs]))
         rewards = self._reward.remote(images, list(item.prompts)).result()
         busy = time.perf_counter() - t0

@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre_g.add_argument(
         "--lease-s",
         type=float,
-        default=120.0,
+        default=30.0,
         help="item lease (a silent replica's items wait this long)",
     )
     pre_g.add_argument(

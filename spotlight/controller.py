@@ -98,9 +98,9 @@ class RayOptions:
     keep_cluster_state: bool = False
     """Leave the Serve app and detached actors running at the end (default: clean up)."""
     # -- Preemptions (see deployments/sampler.py, spotlight/work_queue.py) --------------------
-    lease_s: float = 120.0
-    """A pulled item's lease; heartbeats and commits extend it. A replica that dies without a
-    word holds its items this long."""
+    lease_s: float = 30.0
+    """A pulled item's lease; heartbeats (every 2 s, from a thread of their own) and commits
+    extend it. A replica that dies without a word holds its items this long."""
     commit_every: int = 4
     """Replicas commit an item's in-flight state every this many steps (0: on a notice only)."""
     spill: str = "after_wait"

@@ -135,7 +135,7 @@ class _Lease:
 class WorkQueue:
     """Pending items, leases and results of one run (see the module docstring)."""
 
-    def __init__(self, lease_s: float = 120.0, spill: SpillPolicy | None = None):
+    def __init__(self, lease_s: float = 30.0, spill: SpillPolicy | None = None):
         if lease_s <= 0:
             raise ValueError(f"lease_s must be > 0, got {lease_s}")
         self.lease_s = lease_s

@@ -34,6 +34,9 @@ def _same_learning(a, b):
     assert [r["train_reward_mean"] for r in ra] == [r["train_reward_mean"] for r in rb]
     assert [r.get("val_reward") for r in ra] == [r.get("val_reward") for r in rb]
     assert [r["loss/policy_loss"] for r in ra] == [r["loss/policy_loss"] for r in rb]
+    # the final weights, bit for bit: every trained trajectory was identical
+    state = [json.loads((o / "checkpoint" / "state.json").read_text()) for o in (a, b)]
+    assert state[0]["policy_sha256"] == state[1]["policy_sha256"]
 
 
 @pytest.fixture(scope="module")
