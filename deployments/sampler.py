@@ -198,16 +198,16 @@ class SamplerReplica:
                 return  # a graceful stop
 
     def _notice_now(self, cloud) -> dict[str, Any] | None:
-        draining = draining_deadlines()
-        if self.node_id in draining:
-            deadline_ms = draining[self.node_id]
-            return {"source": "ray", "deadline": deadline_ms / 1000 if deadline_ms else None}
-        found = cloud.poll(time.time()) if cloud.sources else None
+        from spotlight.notices import node_notice
+
+        found, drain_at = node_notice(
+            self.node_id, draining_deadlines(), cloud, time.time(), self.spec.drain_margin_s
+        )
         if found is None:
             return None
-        deadline = found.deadline_unix_s - self.spec.drain_margin_s
-        drain_node(self.node_id, deadline, f"{found.source} notice: {found.detail}")
-        return {"source": found.source, "deadline": deadline}
+        if drain_at is not None:  # tell Ray (and so Serve and Train) the node is going
+            drain_node(self.node_id, drain_at, f"{found.source} notice: {found.detail}")
+        return {"source": found.source, "deadline": found.deadline_unix_s}
 
     # -- The pull loop ---------------------------------------------------------------------
     def _beat(self) -> None:

@@ -148,3 +148,26 @@ class NoticeWatcher:
                 self.notice = found
                 return found
         return None
+
+
+def node_notice(
+    node_id: str,
+    draining_ms: dict[str, int],
+    watcher: NoticeWatcher | None,
+    now_unix_s: float,
+    margin_s: float,
+) -> tuple[Notice | None, float | None]:
+    """The notice for ``node_id``, and the drain deadline to request through Ray (None when
+    there is nothing to request).
+
+    A drain already under way (``draining_ms``: Ray's ``{node_id: deadline_ms}``, 0 = none) is
+    the notice; the cloud is not polled then. Otherwise a cloud notice becomes a drain
+    ``margin_s`` before the cloud's deadline (never in the past)."""
+    if node_id in draining_ms:
+        ms = draining_ms[node_id]
+        return Notice("ray", ms / 1000 if ms else now_unix_s, "drain requested"), None
+    found = watcher.poll(now_unix_s) if watcher is not None and watcher.sources else None
+    if found is None:
+        return None, None
+    deadline = max(now_unix_s, found.deadline_unix_s - margin_s)
+    return Notice(found.source, deadline, found.detail), deadline

@@ -106,3 +106,23 @@ def test_for_clouds_validates():
         NoticeWatcher.for_clouds(["azure"])
     w = NoticeWatcher.for_clouds(["aws", "gcp"], http=FakeAws(None))
     assert w.poll(NOW) is None and "gcp" in w.disabled  # FakeAws answers 404 for GCP's URL
+
+
+def test_node_notice_prefers_a_drain_under_way_and_turns_cloud_notices_into_drains():
+    from spotlight.notices import node_notice
+
+    polled = []
+
+    def gcp(now):
+        polled.append(now)
+        return parse_gcp_preempted("TRUE", now)
+
+    w = NoticeWatcher({"gcp": gcp})
+    n, drain = node_notice("me", {"me": int((NOW + 50) * 1000)}, w, NOW, margin_s=10)
+    assert (n.source, n.deadline_unix_s, drain) == ("ray", NOW + 50, None) and not polled
+    n, drain = node_notice("me", {"other": 0}, w, NOW, margin_s=10)
+    assert n.source == "gcp" and drain == n.deadline_unix_s == NOW + 20
+    n, drain = node_notice("me", {}, NoticeWatcher({"gcp": gcp}), NOW, margin_s=60)
+    assert drain == NOW  # a margin longer than the warning: drain now, not in the past
+    assert node_notice("me", {}, NoticeWatcher({}), NOW, 10) == (None, None)
+    assert node_notice("me", {"me": 0}, None, NOW, 10)[0].deadline_unix_s == NOW
