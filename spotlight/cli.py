@@ -32,6 +32,8 @@ def _train(args: argparse.Namespace) -> int:
         out = Path(args.out or f"runs/{cfg.recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
         resume = False
     if args.runner == "local":
+        if args.spot_trace is not None:
+            raise ValueError("--spot-trace replays preemptions on Ray: use --runner ray")
         from spotlight.run_local import run_local  # torch import: after argument checks
 
         run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
