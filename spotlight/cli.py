@@ -129,6 +129,28 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from spotlight.costs import PriceTable
+    from spotlight.sim_model import LearningModel
+    from spotlight.sim_report import simulate
+
+    prices = PriceTable(
+        on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
+    )
+    learning = LearningModel(baseline_iterations=args.baseline_iterations)
+    simulate(
+        args.scenario,
+        args.trace,
+        Path(args.out),
+        systems=args.systems,
+        prices=prices,
+        learning=learning,
+        seed=args.seed,
+        log=sys.stdout,
+    )
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from spotlight.bench import MODES, plot_exploration, run_runs, summarize_runs
     from spotlight.controller import RayOptions, connect
@@ -295,6 +317,32 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", required=True, help="folder for eval.json")
     ev.add_argument("--device", default="cpu")
     ev.set_defaults(func=_eval)
+
+    from spotlight.sim_model import SCENARIOS, SYSTEMS
+
+    sim = sub.add_parser("simulate", help="trace-driven cluster simulation of every system")
+    sim.add_argument("--scenario", default="paper-512", choices=sorted(SCENARIOS))
+    sim.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="spot capacity trace (SkyPilot .json / Oobleck .csv; a bare name finds the shipped"
+        " ones; default: the scenario's)",
+    )
+    sim.add_argument("--out", required=True, help="folder for summary.json, report.md, plots")
+    sim.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS), help="default: all")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument(
+        "--baseline-iterations",
+        type=int,
+        default=300,
+        help="plain GRPO's iterations to the target (modelled; see spotlight/sim_model.py)",
+    )
+    sim_prices = PriceTable()
+    sim.add_argument(
+        "--on-demand-usd-per-gpu-h", type=float, default=sim_prices.on_demand_usd_per_gpu_h
+    )
+    sim.add_argument("--spot-discount", type=float, default=sim_prices.spot_discount)
+    sim.set_defaults(func=_simulate)
 
     bench = sub.add_parser("bench", help="benchmarks that need real runs")
     bench.add_argument("what", choices=["exploration"])

@@ -23,7 +23,8 @@ Rules:
   its kind submitted after it.
 * **Spill to on-demand.** Replicas on on-demand capacity (``pool='on_demand'``) take only rollout
   and validation items, and only as the :class:`SpillPolicy` allows: ``never``, ``always``, or
-  ``after_wait`` (an item pending ``wait_s`` seconds: spot capacity is not keeping up).
+  ``after_wait``: once the item has waited ``wait_s`` seconds (spot capacity is not keeping
+  up), or no spot worker has pulled or heartbeat for ``wait_s`` (spot capacity is gone).
   Exploration never runs on on-demand capacity.
 * **Runs.** The queue belongs to one run (``run_id``); opening another run clears it, opening the
   same run again (a restarted driver) keeps finished results, which a deterministic
@@ -149,6 +150,9 @@ class WorkQueue:
         self._results: dict[str, ItemResult] = {}
         self._order = itertools.count()
         self._workers: dict[str, tuple[str, float]] = {}
+        self._spot_seen: float | None = None
+        """Last time a spot worker pulled or heartbeat (None: never; then the first submit)."""
+        self._first_submit: float | None = None
         self.duplicates_ignored = 0
         self.leases_expired = 0
         self.released = 0
@@ -170,6 +174,8 @@ class WorkQueue:
         """Queue new items; ids already pending, leased or finished are skipped. Returns how
         many were queued."""
         added = 0
+        if self._first_submit is None:
+            self._first_submit = now
         for item in items:
             known = item.item_id in self._pending or item.item_id in self._leases
             if known or item.item_id in self._results:
@@ -194,18 +200,23 @@ class WorkQueue:
         A pull is also the worker's sign of life: :meth:`workers` counts who pulled lately.
         """
         self._workers[worker_id] = (pool, now)
+        if pool == "spot":
+            self._spot_seen = now
         self.expire(now)
         allowed = set(KIND_PRIORITY if kinds is None else kinds)
+        seen = self._spot_seen if self._spot_seen is not None else self._first_submit
+        spot_absent_s = now - seen if seen is not None else 0.0
+
+        def may_take(item: WorkItem) -> bool:
+            if item.kind not in allowed:
+                return False
+            if pool != "on_demand":
+                return True
+            waited = max(now - self._since[item.item_id], spot_absent_s)
+            return self.spill.allows(item.kind, waited)
+
         ready = sorted(
-            (
-                entry
-                for entry in self._pending.values()
-                if entry[2].kind in allowed
-                and (
-                    pool != "on_demand"
-                    or self.spill.allows(entry[2].kind, now - self._since[entry[2].item_id])
-                )
-            ),
+            (entry for entry in self._pending.values() if may_take(entry[2])),
             key=lambda e: (e[0], e[1]),
         )
         out = []
@@ -265,6 +276,8 @@ class WorkQueue:
         """Extend every lease of ``worker_id``; returns how many it holds."""
         if worker_id in self._workers:
             self._workers[worker_id] = (self._workers[worker_id][0], now)
+            if self._workers[worker_id][0] == "spot":
+                self._spot_seen = now
         held = [lease for lease in self._leases.values() if lease.worker_id == worker_id]
         for lease in held:
             lease.expires_at = now + self.lease_s

@@ -212,13 +212,28 @@ def test_on_demand_replicas_take_only_what_the_spill_policy_allows(mode, at, exp
     assert "explore-2" in [it.item_id for it in q.pull("spot", 5, now=at, pool="spot")]
 
 
-def test_spill_wait_counts_from_the_return_to_the_queue():
+def test_spill_wait_counts_from_the_return_to_the_queue_while_spot_is_alive():
     q = WorkQueue(lease_s=10.0, spill=SpillPolicy("after_wait", wait_s=5.0))
     q.submit([item(0)], now=0.0)
     q.pull("spot", 1, now=0.0)
-    q.release("spot", now=20.0)  # spot node preempted at 20
+    q.heartbeat("spot", now=19.0)
+    q.release("spot", now=20.0)  # the item comes back at 20 (its replica stopped)
+    q.pull("spot2", 0, now=21.0)  # another spot replica is alive (pulls nothing)
     assert q.pull("od", 1, now=24.0, pool="on_demand") == []
     assert [it.item_id for it in q.pull("od", 1, now=25.0, pool="on_demand")] == ["rollout-0"]
+
+
+def test_spill_starts_at_once_when_spot_capacity_has_been_gone_for_the_wait():
+    q = WorkQueue(spill=SpillPolicy("after_wait", wait_s=5.0))
+    q.submit([item(0)], now=0.0)
+    q.pull("spot", 0, now=1.0)  # the last spot replica seen, at 1
+    q.submit([item(1)], now=10.0)  # no spot replica since 1: no reason to wait for one
+    got = [it.item_id for it in q.pull("od", 2, now=10.0, pool="on_demand")]
+    assert got == ["rollout-0", "rollout-1"]
+    fresh = WorkQueue(spill=SpillPolicy("after_wait", wait_s=5.0))
+    fresh.submit([item(2)], now=100.0)  # never any spot replica: counts from the first submit
+    assert fresh.pull("od", 1, now=104.0, pool="on_demand") == []
+    assert len(fresh.pull("od", 1, now=105.0, pool="on_demand")) == 1
 
 
 def test_bad_spill_policy():

@@ -1,0 +1,228 @@
+"""Inputs of the simulator: step costs, scenarios, systems, and the learning model. No Ray.
+
+Every number here is either **measured** (and says where) or **modelled** (and says so); the
+report repeats the distinction.
+
+* Step costs come from ``calib/h200-qwen-image.json`` (a Qwen-Image-sized DiT, 20.4 B parameters,
+  on one H200, measured with CUDA events; shipped in ``spotlight/assets/calib``).
+* Scenario sizes (GPU counts, prompts per iteration, group size) are choices, stated per
+  scenario.
+* Overheads (weights broadcast, replica start, SP regroup and restart, notices, leases) are
+  modelled from the measurements named on each field.
+* Learning: how fast validation reward approaches the target is modelled from the tiny-model
+  measurements described in :class:`LearningModel`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+CALIB = Path(__file__).parent / "assets" / "calib" / "h200-qwen-image.json"
+EVALS = Path(__file__).parent / "assets" / "calib"
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds of one GPU's work (measured: ``calib/h200-qwen-image.json``)."""
+
+    sample_step_s: float
+    """One sample, one denoising step, with classifier-free guidance (two forwards' worth)."""
+    train_step_s: float
+    """One sample, one trained denoising step: forward + backward with checkpointing."""
+    model_gb: float
+    """bf16 weights."""
+
+    @staticmethod
+    def from_calib(image_tokens: int, path: Path = CALIB) -> StepCosts:
+        """Per-sample costs at ``image_tokens`` (1024: 512x512, 6400: 1280x1280), from the
+        calibration rows with the largest batch measured at that size (best throughput)."""
+        doc = json.loads(path.read_text())
+        rows = [r for r in doc["rows"] if r["img_tokens"] == image_tokens]
+        if not rows:
+            raise ValueError(f"no calibration rows at {image_tokens} image tokens in {path}")
+
+        def best(kinds: tuple[str, ...]) -> float:
+            found = [r["s"] / r["B"] for r in rows if r["kind"] in kinds]
+            if not found:
+                raise ValueError(f"no {kinds} rows at {image_tokens} tokens in {path}")
+            return min(found)
+
+        fwd = best(("fwd",))
+        return StepCosts(
+            sample_step_s=2 * fwd,  # guidance: conditional + unconditional forward
+            train_step_s=best(("fwd+bwd+ckpt", "fwd+bwd")),
+            model_gb=doc["params_B"] * 2,
+        )
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Modelled times (seconds) and how they were chosen."""
+
+    weights_broadcast_s: float = 2.0
+    """A replica picks up a new weights version: 41 GB bf16 read from the node's object store
+    (one network transfer per node); measured here for the tiny model: 18 ms
+    (docs/benchmarks.md); modelled for Qwen-Image at ~25 GB/s host-to-device."""
+    replica_start_s: float = 120.0
+    """A new spot GPU becomes a sampling replica: process start, imports, 41 GB of weights from
+    storage (modelled: ~0.5 GB/s per node from object storage plus ~40 s start)."""
+    regroup_s: float = 1.0
+    """Survivors of a broken SP group re-form groups from on-node state (issue: < 1 s)."""
+    restart_s: float = 120.0
+    """Ablation: a broken SP group restarts cold (new processes, reload, init)."""
+    notice_s: float = 120.0
+    """Warning before a preemption (AWS spot: 2 minutes)."""
+    hard_share: float = 0.1
+    """Share of preemptions without a usable notice (modelled)."""
+    lease_s: float = 30.0
+    """A silent replica's items return to the queue after this (the job's default)."""
+    push_detect_s: float = 30.0
+    """Ablation (push): a dead replica's assigned items are re-pushed after this."""
+    spill_wait_s: float = 30.0
+    """Spill to on-demand samplers after rollout items waited this long for spot capacity."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One cluster and workload. GPU counts are choices (stated in the report)."""
+
+    name: str
+    image_tokens: int
+    trainer_gpus: int
+    sampler_gpus: int
+    """Spot sampler GPUs at full capacity (= on-demand sampler GPUs for on-demand systems)."""
+    fallback_gpus: int
+    """On-demand sampler GPUs the spill policy may add when spot capacity is gone."""
+    prompts_per_iteration: int
+    group_size: int
+    num_steps: int
+    train_step_fraction: float
+    batch_size: int
+    """Samples per work item."""
+    sp_degree: int
+    """GPUs per sampling replica (Ulysses SP); 1 at 512x512."""
+    sp_efficiency: dict[int, float] = field(default_factory=lambda: {1: 1.0})
+    """Throughput per GPU of a group of k relative to k=1 (modelled; issue 7 measures it)."""
+    valid_degrees: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    """SP degrees that divide Qwen-Image's 24 heads (up to a node)."""
+    commit_every: int = 4
+    explore_candidates: int = 32
+    """Most seeds explored per prompt (the job's ``max_candidates``)."""
+    critical_candidates: int = 32
+    """Best-of-N for the critical-path baseline (N candidates per prompt, best G trained)."""
+    overheads: Overheads = field(default_factory=Overheads)
+    trace: str = "preemption-4node-aws-us-east-1f-v100.json"
+    max_hours: float = 72.0
+    step_costs: StepCosts | None = None
+    """Override the calibration file (tests use round numbers)."""
+
+    def costs(self) -> StepCosts:
+        return self.step_costs or StepCosts.from_calib(self.image_tokens)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "paper-512": Scenario(
+        name="paper-512",
+        image_tokens=1024,
+        trainer_gpus=16,
+        sampler_gpus=32,
+        fallback_gpus=8,
+        prompts_per_iteration=32,
+        group_size=16,
+        num_steps=10,
+        train_step_fraction=0.6,
+        batch_size=8,
+        sp_degree=1,
+    ),
+    "paper-1280": Scenario(
+        name="paper-1280",
+        image_tokens=6400,
+        trainer_gpus=16,
+        sampler_gpus=32,
+        fallback_gpus=8,
+        prompts_per_iteration=16,
+        group_size=16,
+        num_steps=10,
+        train_step_fraction=0.6,
+        batch_size=2,
+        sp_degree=4,
+        sp_efficiency={1: 1.0, 2: 0.92, 3: 0.88, 4: 0.85, 6: 0.78, 8: 0.72},
+    ),
+    "small": Scenario(
+        name="small",
+        image_tokens=1024,
+        trainer_gpus=2,
+        sampler_gpus=4,
+        fallback_gpus=2,
+        prompts_per_iteration=4,
+        group_size=4,
+        num_steps=4,
+        train_step_fraction=0.5,
+        batch_size=2,
+        sp_degree=2,
+        sp_efficiency={1: 1.0, 2: 0.9},
+        explore_candidates=8,
+        critical_candidates=8,
+        overheads=Overheads(replica_start_s=10.0, restart_s=10.0, notice_s=5.0, lease_s=5.0),
+        max_hours=5.0,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class System:
+    """One way of running the same training (see ``SYSTEMS``)."""
+
+    name: str
+    samplers: str
+    """'on_demand' (fixed sampler GPUs) or 'spot' (trace capacity + spill)."""
+    exploration: str = "off"
+    """'off', 'critical_path' (best-of-N before each rollout) or 'spot' (during training)."""
+    uniform_planner: bool = False
+    sp_recovery: str = "regroup"
+    """'regroup' (elastic SP) or 'restart'."""
+    dispatch: str = "pull"
+    """'pull' (queue with leases and commits) or 'push' (round robin, no commits)."""
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in [
+        System("on_demand_grpo", "on_demand"),
+        System("on_demand_critical_path", "on_demand", exploration="critical_path"),
+        System("spot_grpo", "spot"),
+        System("spotlight", "spot", exploration="spot"),
+        System("ablation_uniform_planner", "spot", exploration="spot", uniform_planner=True),
+        System("ablation_sp_restart", "spot", exploration="spot", sp_recovery="restart"),
+        System("ablation_push", "spot", exploration="spot", dispatch="push"),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class LearningModel:
+    """How validation reward moves per iteration (modelled, with measured inputs).
+
+    Progress toward the target is counted in units of the plain-GRPO iteration: plain GRPO needs
+    ``baseline_iterations`` iterations (an input: the tiny runs here have not reached a target
+    yet, see docs/tasks.md). An iteration whose groups carry more reward contrast counts for
+    more: its progress is ``contrast / baseline_contrast``, where contrast is the mean group
+    reward std of the rollout computed by the real seed-selection code on reward draws from a
+    measured prompt population (``per_prompt`` of a shipped ``eval.json``: the base model's
+    rewards for 8 seeds of each validation prompt), and stale-to-fresh rank preservation shrinks
+    what selection gains on stale weights to ``rank_preservation`` of it (mean stale/fresh
+    Spearman measured on OCR-mini, docs/benchmarks.md). Reward moves linearly with progress
+    from ``initial`` to ``target``.
+    """
+
+    baseline_iterations: int = 300
+    initial: float = 0.118
+    target: float = 0.268
+    rank_preservation: float = 0.67
+    prompts_file: str = "eval-ocr-mini-base.json"
+
+
+def with_overheads(s: Scenario, **changes) -> Scenario:
+    return replace(s, overheads=replace(s.overheads, **changes))

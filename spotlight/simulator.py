@@ -1,0 +1,639 @@
+"""A trace-driven discrete-event simulator of a training run at cluster scale. No Ray.
+
+What it simulates, per iteration: the **rollout** (work items of ``batch_size`` samples pulled
+from the real :class:`~spotlight.work_queue.WorkQueue` by sampler replicas, each replica an SP
+group of GPUs), the **update** on the on-demand trainer GPUs, and, for Spotlight, **exploration**
+during the update (sized by the real :class:`~spotlight.planner.Planner` from the update time
+and the measured throughput, exactly as the controller does; seeds chosen by the real
+:func:`~spotlight.seeds.max_variance_subset`). Spot sampler GPUs come and go as a replayed
+capacity trace says (:mod:`spotlight.traces`); a preemption comes with a notice (the replica
+commits its item at the next step boundary and hands it back) or without one (the item's lease
+expires and it resumes from the last commit, every ``commit_every`` steps). A broken SP group's
+survivors re-form valid groups (:func:`form_groups`) after ``regroup_s``, or, in the restart
+ablation, after ``restart_s``. New spot GPUs take ``replica_start_s`` before they sample. When
+rollout items wait ``spill_wait_s`` for spot capacity, on-demand fallback GPUs are added for the
+rest of the phase, and the queue's spill rule lets them take rollout items only.
+
+Accounting uses :class:`~spotlight.costs.Ledger`: held GPU-seconds per pool (spot while the
+trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
+run in on-demand systems, fallback GPUs while launched) and busy GPU-seconds (sampling and
+training work). Work redone after preemptions without notice is counted separately.
+
+Inputs and what is measured versus modelled: :mod:`spotlight.sim_model`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from spotlight.config import ExplorationConfig
+from spotlight.costs import Ledger, PriceTable
+from spotlight.planner import Planner, exploration_budget
+from spotlight.seeds import max_variance_subset
+from spotlight.sim_model import EVALS, LearningModel, Scenario, System
+from spotlight.traces import CapacityTrace
+from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
+
+
+def form_groups(gpus: int, target: int, valid: tuple[int, ...]) -> list[int]:
+    """Split ``gpus`` into SP groups: as many of ``target`` as fit, the rest into the largest
+    valid degrees (e.g. 7 GPUs, target 4, valid 1,2,3,4 -> [4, 3])."""
+    if target not in valid:
+        raise ValueError(f"SP degree {target} is not valid ({valid})")
+    sizes = []
+    left = gpus
+    while left >= target:
+        sizes.append(target)
+        left -= target
+    for d in sorted((v for v in valid if v < target), reverse=True):
+        while left >= d:
+            sizes.append(d)
+            left -= d
+    return sizes
+
+
+@dataclass
+class _Group:
+    gid: int
+    size: int
+    pool: str
+    ready_at: float
+    item: WorkItem | None = None
+    started: float = 0.0
+    start_step: int = 0
+    step_s: float = 0.0
+    version: int = -1
+    leaving: bool = False
+    """Got a notice: takes no more work."""
+    queue: list[WorkItem] = field(default_factory=list)
+    """Push dispatch: the items assigned to this group."""
+
+
+@dataclass
+class RunResult:
+    system: str
+    reached: bool
+    iterations: int
+    time_to_target_h: float | None
+    wall_h: float
+    ledger: Ledger
+    preemptions: int
+    notices: int
+    work_redone_gpu_s: float
+    spill_launches: int
+    timeline: list[dict[str, Any]]
+    """Per iteration: t_h, val_reward, cost_usd, util_spot, util_on_demand, spot_gpus."""
+    preemption_times_h: list[float]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "time_to_target_h": self.time_to_target_h,
+            "reached_target": self.reached,
+            "iterations": self.iterations,
+            "wall_h": self.wall_h,
+            "cost_usd": self.ledger.cost_usd(),
+            "gpu_util_spot": self.ledger.utilization("spot"),
+            "gpu_util_on_demand": self.ledger.utilization("on_demand"),
+            "gpu_h_spot": self.ledger.held_s["spot"] / 3600,
+            "gpu_h_on_demand": self.ledger.held_s["on_demand"] / 3600,
+            "idle_gpu_h": sum(
+                self.ledger.held_s[p] - self.ledger.busy_s[p] for p in self.ledger.held_s
+            )
+            / 3600,
+            "preemptions": self.preemptions,
+            "preemption_notices": self.notices,
+            "work_redone_gpu_h": self.work_redone_gpu_s / 3600,
+            "spill_launches": self.spill_launches,
+        }
+
+
+class Rewards:
+    """Seed rewards drawn from a measured prompt population (a shipped ``eval.json``).
+
+    Draws are common random numbers: seed ``k`` of prompt ``p`` at iteration ``it`` has the same
+    reward in every simulated system, so systems differ only by which seeds they explore and
+    keep, not by luck."""
+
+    def __init__(self, eval_file: str | Path, seed: int):
+        path = Path(eval_file)
+        if not path.exists():
+            path = EVALS / str(eval_file)
+        doc = json.loads(path.read_text())
+        self.prompts = [p["rewards"] for p in doc["per_prompt"]]
+        self.seed = seed
+
+    def draw(self, it: int, prompt: int, n: int) -> list[float]:
+        rng = random.Random(f"{self.seed}/{it}/{prompt}")
+        pool = self.prompts[prompt]
+        return [rng.choice(pool) for _ in range(n)]
+
+    def batch(self, it: int, size: int) -> list[int]:
+        rng = random.Random(f"{self.seed}/batch/{it}")
+        return rng.sample(range(len(self.prompts)), min(size, len(self.prompts)))
+
+    def expected_random_std(self, group: int, draws: int = 4000) -> float:
+        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast)."""
+        rng = random.Random(f"{self.seed}/baseline")
+        stds = []
+        for k in range(draws):
+            p = rng.randrange(len(self.prompts))
+            stds.append(statistics.pstdev(self.draw(-1 - k, p, group)))
+        return statistics.fmean(stds)
+
+
+class Simulation:
+    """One system on one scenario and trace (see the module docstring)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        system: System,
+        trace: CapacityTrace | None,
+        prices: PriceTable | None = None,
+        learning: LearningModel | None = None,
+        seed: int = 0,
+    ):
+        self.sc, self.sys = scenario, system
+        self.costs = scenario.costs()
+        self.oh = scenario.overheads
+        self.learning = learning or LearningModel()
+        self.rng = random.Random(seed)
+        self.rewards = Rewards(self.learning.prompts_file, seed)
+        self.baseline_contrast = self.rewards.expected_random_std(scenario.group_size)
+        self.ledger = Ledger(prices or PriceTable())
+        self.t = 0.0
+        self._seq = count()
+        self._events: list[tuple[float, int, str, Any]] = []
+        self.groups: dict[int, _Group] = {}
+        self._gid = count()
+        self.free_spot = 0  # ready spot GPUs in no group
+        self.starting = 0  # spot GPUs starting up
+        self.version = 0
+        self.preemptions = 0
+        self.notices = 0
+        self.redone_gpu_s = 0.0
+        self.spill_launches = 0
+        self.preemption_times: list[float] = []
+        # Leases are modelled by the simulator (a killed group's items come back lease_s after
+        # the kill); the queue itself never expires a live group's lease.
+        # On-demand systems' samplers are on-demand GPUs: the spill rule must let them work.
+        mode = "always" if system.samplers == "on_demand" else "after_wait"
+        self.queue = WorkQueue(lease_s=1e15, spill=SpillPolicy(mode, self.oh.spill_wait_s))
+        self.leaving = 0  # spot GPUs with a notice, held until they go
+        self.lost_starting = 0  # starting GPUs preempted before they were ready
+        self.leases_expired = 0
+        self.queue.open_run(f"sim-{system.name}")
+        self._committed: dict[str, int] = {}
+        self._orphans: list[WorkItem] = []
+        self.planner = Planner(
+            ExplorationConfig(
+                mode="spot",
+                max_candidates=scenario.explore_candidates,
+                uniform=system.uniform_planner,
+            ),
+            scenario.group_size,
+        )
+        self._rate: float | None = None  # measured sampling throughput, samples/s
+        self._fallback: list[int] = []
+        self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
+        if system.samplers == "on_demand":
+            for size in form_groups(
+                scenario.sampler_gpus, scenario.sp_degree, scenario.valid_degrees
+            ):
+                self._add_group(size, "on_demand", 0.0)
+        else:
+            if trace is None:
+                raise ValueError("a spot system needs a capacity trace")
+            self._schedule_trace(trace.scaled(scenario.sampler_gpus))
+
+    # -- Events and time -----------------------------------------------------------------
+    def _push(self, at: float, kind: str, payload: Any = None) -> None:
+        heapq.heappush(self._events, (at, next(self._seq), kind, payload))
+
+    def _schedule_trace(self, trace: CapacityTrace) -> None:
+        """Capacity changes for ``max_hours``, the trace looped, from where it first has GPUs.
+        Each lost GPU gets a notice ``notice_s`` earlier, except a ``hard_share`` of them."""
+        start = next((t for t, c in zip(trace.times_s, trace.counts, strict=True) if c > 0), 0.0)
+        w = trace.window(start) if start < trace.duration_s else trace
+        horizon = self.sc.max_hours * 3600 + 1
+        offset, previous = 0.0, 0
+        while offset < horizon:
+            for t, c in zip(w.times_s, w.counts, strict=True):
+                at = offset + t
+                if at >= horizon:
+                    break
+                if c > previous:
+                    self._push(at, "gpus_added", c - previous)
+                for _ in range(previous - c):
+                    if self.rng.random() < self.oh.hard_share:
+                        self._push(at, "kill")
+                    else:
+                        self._push(max(0.0, at - self.oh.notice_s), "notice", at)
+                previous = c
+            offset += max(w.duration_s, 1.0)
+
+    def _advance(self, to: float) -> None:
+        """Account held GPUs from ``self.t`` to ``to``."""
+        dt = to - self.t
+        if dt < 0:
+            raise AssertionError(f"time going backwards: {self.t} -> {to}")
+        self.ledger.hold("spot", self.spot_capacity, dt)
+        od = self.sc.trainer_gpus
+        od += sum(g.size for g in self.groups.values() if g.pool == "on_demand")
+        self.ledger.hold("on_demand", od, dt)
+        self.t = to
+
+    # -- Groups --------------------------------------------------------------------------
+    def _add_group(self, size: int, pool: str, ready_at: float) -> _Group:
+        g = _Group(next(self._gid), size, pool, ready_at)
+        self.groups[g.gid] = g
+        if ready_at > self.t:
+            self._push(ready_at, "group_ready", g.gid)
+        return g
+
+    def _regroup_free(self, delay: float) -> None:
+        """Form groups from the free spot GPUs (after ``delay``)."""
+        sizes = form_groups(self.free_spot, self.sc.sp_degree, self.sc.valid_degrees)
+        for size in sizes:
+            self.free_spot -= size
+            self._add_group(size, "spot", self.t + delay)
+
+    def _step_s(self, g: _Group) -> float:
+        eff = self.sc.sp_efficiency.get(g.size, 1.0)
+        return self.sc.batch_size * self.costs.sample_step_s / (g.size * eff)
+
+    def _victim(self) -> tuple[str, _Group | None]:
+        """A random held spot GPU that has no notice yet: ('starting' | 'free' | 'group', g)."""
+        in_groups = [g for g in self.groups.values() if g.pool == "spot" for _ in range(g.size)]
+        total = self.starting + self.free_spot + len(in_groups)
+        if total == 0:
+            return "none", None
+        k = self.rng.randrange(total)
+        if k < self.starting:
+            return "starting", None
+        k -= self.starting
+        if k < self.free_spot:
+            return "free", None
+        return "group", in_groups[k - self.free_spot]
+
+    def _take_victim(self, notice: bool) -> bool:
+        """Remove one GPU from use; True if one was found."""
+        where, g = self._victim()
+        if where == "none":
+            return False
+        if where == "starting":
+            self.starting -= 1
+            self.lost_starting += 1
+        elif where == "free":
+            self.free_spot -= 1
+        else:
+            assert g is not None
+            self._break(g, notice)
+        return True
+
+    def _on_notice(self, gone_at: float) -> None:
+        if self._take_victim(notice=True):
+            self.notices += 1
+            self.leaving += 1
+            self._push(gone_at, "gone")
+
+    def _on_kill(self) -> None:
+        if self._take_victim(notice=False):
+            self._lose_gpu()
+
+    def _lose_gpu(self) -> None:
+        self.spot_capacity -= 1
+        self.preemptions += 1
+        self.preemption_times.append(self.t)
+
+    def _break(self, g: _Group, notice: bool) -> None:
+        """Group ``g`` loses a GPU: its item is committed (notice) or interrupted (kill), and
+        the survivors re-form groups."""
+        del self.groups[g.gid]
+        if g.item is not None and g.started <= self.t:
+            self._interrupt(g, notice)
+        elif g.item is not None or g.queue:  # not started yet (weights loading) / push list
+            self._give_back(g, [g.item] if g.item else [], notice)
+        survivors = g.size - 1
+        if survivors:
+            self.free_spot += survivors
+            delay = self.oh.regroup_s if self.sys.sp_recovery == "regroup" else self.oh.restart_s
+            self._regroup_free(delay)
+
+    def _give_back(self, g: _Group, in_hand: list[WorkItem], notice: bool) -> None:
+        if self.sys.dispatch == "push":
+            self._orphans.extend(in_hand + g.queue)
+            self._push(self.t + self.oh.push_detect_s, "repush")
+        elif notice:
+            self.queue.release(f"g{g.gid}", now=self.t, notice=True)
+        else:
+            self._push(self.t + self.oh.lease_s, "lease_expired", f"g{g.gid}")
+
+    def _interrupt(self, g: _Group, notice: bool) -> None:
+        item = g.item
+        assert item is not None
+        done_s = self.t - g.started
+        steps = min(self.sc.num_steps - 1, g.start_step + int(done_s / g.step_s))
+        self.ledger.busy("spot", done_s * g.size)
+        if self.sys.dispatch == "push":  # no commits: the item starts over elsewhere
+            self.redone_gpu_s += done_s * g.size
+            self._give_back(g, [item], notice)
+            return
+        if notice:  # the step in progress is finished and committed (notice >> a step)
+            kept = min(self.sc.num_steps - 1, steps + 1)
+            self.queue.commit(item.item_id, f"g{g.gid}", self._ck(item, kept), self.t)
+        else:  # the last commit, every commit_every steps, survives
+            k = self.sc.commit_every
+            kept = max(g.start_step, (steps // k) * k) if k else g.start_step
+            self.redone_gpu_s += max(0.0, done_s - (kept - g.start_step) * g.step_s) * g.size
+            if kept > g.start_step:
+                self.queue.commit(item.item_id, f"g{g.gid}", self._ck(item, kept), self.t)
+        self._give_back(g, [item], notice)
+
+    def _ck(self, item: WorkItem, step: int) -> ItemCheckpoint:
+        return ItemCheckpoint(step, tuple(b"" for _ in item.seeds))
+
+    # -- Sampling ------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        for g in list(self.groups.values()):
+            if g.item is not None or g.ready_at > self.t or g.leaving:
+                continue
+            if self.sys.dispatch == "push":
+                if not g.queue:
+                    continue
+                item = g.queue.pop(0)
+                start_step = 0
+            else:
+                got = self.queue.pull(f"g{g.gid}", 1, self.t, pool=g.pool)
+                if not got:
+                    continue
+                item = got[0]
+                start_step = item.resume.step if item.resume else 0
+            g.item, g.start_step = item, start_step
+            load = self.oh.weights_broadcast_s if g.version != item.weights_version else 0.0
+            g.version = item.weights_version
+            g.step_s = self._step_s(g)
+            g.started = self.t + load
+            self._push(
+                g.started + (self.sc.num_steps - start_step) * g.step_s,
+                "done",
+                (g.gid, item.item_id),
+            )
+
+    def _sample(self, items: list[WorkItem], deadline: float | None = None) -> set[str]:
+        """Run until every item is done (or ``deadline``); returns the ids done."""
+        ids = {it.item_id for it in items}
+        done: set[str] = set()
+        if items:
+            if self.sys.dispatch == "push":
+                # round robin over the groups there are (exploration: spot groups only)
+                eligible = [
+                    g
+                    for g in self.groups.values()
+                    if g.pool == "spot" or items[0].kind != "explore"
+                ]
+                ready = [g for g in eligible if g.ready_at <= self.t] or eligible
+                for k, it in enumerate(items):
+                    if ready:
+                        ready[k % len(ready)].queue.append(it)
+                    else:
+                        self._orphans.append(it)
+                if not ready:
+                    self._push(self.t + self.oh.push_detect_s, "repush")
+            else:
+                self.queue.submit(items, now=self.t)
+        spill_check = self.sys.samplers == "spot" and any(it.kind == "rollout" for it in items)
+        if spill_check:
+            self._push(self.t + self.oh.spill_wait_s, "spill_check")
+        self._dispatch()
+        while ids - done:
+            if not self._events:
+                raise RuntimeError("simulation stalled: work left but nothing can happen")
+            at, _, kind, payload = self._events[0]
+            if deadline is not None and at > deadline:
+                break
+            heapq.heappop(self._events)
+            self._advance(at)
+            if kind == "done":
+                gid, item_id = payload
+                g = self.groups.get(gid)
+                if g is None or g.item is None or g.item.item_id != item_id:
+                    continue  # the group was broken meanwhile
+                self.ledger.busy(g.pool, (self.t - g.started) * g.size)
+                g.item = None
+                if self.sys.dispatch == "push" or self.queue.complete(
+                    ItemResult(item_id, f"g{gid}", g.pool, [])
+                ):
+                    done.add(item_id)
+            else:
+                self._handle(kind, payload, spill_check and bool(ids - done))
+            self._dispatch()
+        if deadline is not None and self.t < deadline:
+            self._idle_until(deadline)
+        if deadline is not None:  # withdraw what is left (exploration)
+            left = list(ids - done)
+            self.queue.drop(left)
+            for g in self.groups.values():
+                if g.item is not None and g.item.item_id in ids:
+                    self.ledger.busy(g.pool, (self.t - g.started) * g.size)
+                    g.item = None
+                g.queue = [it for it in g.queue if it.item_id not in ids]
+            self._orphans = [it for it in self._orphans if it.item_id not in ids]
+        self._release_fallback()
+        return done
+
+    def _idle_until(self, until: float) -> None:
+        while self._events and self._events[0][0] <= until:
+            at, _, kind, payload = heapq.heappop(self._events)
+            self._advance(at)
+            if kind != "done":
+                self._handle(kind, payload, False)
+        self._advance(until)
+
+    def _handle(self, kind: str, payload: Any, rollout_waiting: bool) -> None:
+        if kind == "gpus_added":
+            self.spot_capacity += payload
+            self.starting += payload
+            self._push(self.t + self.oh.replica_start_s, "gpus_ready", payload)
+        elif kind == "gpus_ready":
+            lost = min(self.lost_starting, payload)  # preempted while starting
+            self.lost_starting -= lost
+            self.starting -= payload - lost
+            self.free_spot += payload - lost
+            self._regroup_free(0.0)
+        elif kind == "notice":
+            self._on_notice(payload)
+        elif kind == "gone":
+            self.leaving -= 1
+            self._lose_gpu()
+        elif kind == "kill":
+            self._on_kill()
+        elif kind == "lease_expired":
+            self.leases_expired += self.queue.release(payload, now=self.t)
+        elif kind == "group_ready":
+            pass
+        elif kind == "repush":
+            ready = [g for g in self.groups.values() if g.ready_at <= self.t]
+            spot = [g for g in ready if g.pool == "spot"]
+            left = []
+            for k, it in enumerate(self._orphans):
+                to = spot if it.kind == "explore" else ready  # exploration stays on spot
+                if to:
+                    to[k % len(to)].queue.append(it)
+                else:
+                    left.append(it)
+            self._orphans = left
+            if left:
+                self._push(self.t + self.oh.push_detect_s, "repush")
+        elif kind == "spill_check":
+            if rollout_waiting and not self._fallback and self.sc.fallback_gpus > 0:
+                spot_ready = [
+                    g for g in self.groups.values() if g.pool == "spot" and g.ready_at <= self.t
+                ]
+                if not spot_ready:
+                    self.spill_launches += 1
+                    for size in form_groups(
+                        self.sc.fallback_gpus, self.sc.sp_degree, self.sc.valid_degrees
+                    ):
+                        g = self._add_group(size, "on_demand", self.t + self.oh.replica_start_s)
+                        self._fallback.append(g.gid)
+            if rollout_waiting:  # look again (at least a second later)
+                self._push(self.t + max(1.0, self.oh.spill_wait_s), "spill_check")
+        else:
+            raise AssertionError(f"unknown event {kind}")
+
+    def _release_fallback(self) -> None:
+        """At a phase's end, give the fallback GPUs back once spot replicas are up again (the
+        job's Serve autoscaling keeps replicas a while after their work: here, until spot
+        capacity returns)."""
+        if not self._fallback:
+            return
+        if not any(g.pool == "spot" and g.ready_at <= self.t for g in self.groups.values()):
+            return
+        for gid in self._fallback:
+            g = self.groups.pop(gid, None)
+            if g is not None and g.item is not None:
+                raise AssertionError("fallback group released with an item in hand")
+        self._fallback = []
+
+    def _items(self, kind: str, it: int, samples: int) -> list[WorkItem]:
+        n = self.sc.batch_size
+        return [
+            WorkItem(f"{kind}-{it}-{k}", kind, it, self.version, ("p",) * n, tuple(range(n)))
+            for k in range(math.ceil(samples / n))
+        ]
+
+    # -- One run -------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        sc, lm = self.sc, self.learning
+        G, P = sc.group_size, sc.prompts_per_iteration
+        train_s = (
+            P
+            * G
+            * max(1, round(sc.num_steps * sc.train_step_fraction))
+            * self.costs.train_step_s
+            / sc.trainer_gpus
+        )
+        progress = 0.0
+        it = 0
+        timeline = []
+        reached_at = None
+        explored: dict[int, int] = {}  # prompt index -> seeds explored (from the last update)
+        horizon = sc.max_hours * 3600
+        while self.t < horizon:
+            batch = self.rewards.batch(it, P)
+            next_prompts = self.rewards.batch(it + 1, P)
+            t0 = self.t
+            if self.sys.exploration == "critical_path":
+                n = sc.critical_candidates
+                self._sample(self._items("rollout", it, P * n))
+                contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
+            else:
+                self._sample(self._items("rollout", it, P * G))
+                contrast = self._contrast(it, batch, explored, fresh=False)
+            sample_s = self.t - t0
+            if sample_s > 0:
+                samples = P * (
+                    sc.critical_candidates if self.sys.exploration == "critical_path" else G
+                )
+                self._rate = samples / sample_s
+            # the update; Spotlight explores the next prompts meanwhile
+            t_train_end = self.t + train_s
+            self.ledger.busy("on_demand", train_s * sc.trainer_gpus)
+            explored = {}
+            if self.sys.exploration == "spot":
+                budget = exploration_budget(train_s, self._rate or 0.0, 10**9)
+                names = [str(p) for p in next_prompts]
+                plan = self.planner.plan(names, budget)
+                want = {p: plan[str(p)] for p in next_prompts if plan[str(p)] > 0}
+                items = self._items("explore", it, sum(want.values()))
+                done = self._sample(items, deadline=t_train_end)
+                share = len(done) / len(items) if items else 0.0
+                # exploration finishes in item order: prompts are covered in plan order
+                covered = int(share * len(want) + 1e-9)
+                explored = dict(list(want.items())[:covered])
+            else:
+                self._sample([], deadline=t_train_end)
+            self.version += 1
+            self.t = max(self.t, t_train_end)
+            progress += contrast / self.baseline_contrast
+            it += 1
+            frac = min(1.0, progress / lm.baseline_iterations)
+            val = lm.initial + (lm.target - lm.initial) * frac
+            snap = self.ledger.snapshot()
+            timeline.append(
+                {
+                    "iteration": it,
+                    "t_h": self.t / 3600,
+                    "val_reward": val,
+                    "cost_usd": snap["cost_usd"],
+                    "util_spot": snap["util_spot"],
+                    "util_on_demand": snap["util_on_demand"],
+                    "spot_gpus": self.spot_capacity,
+                    "contrast": contrast,
+                }
+            )
+            if frac >= 1.0:
+                reached_at = self.t
+                break
+        return RunResult(
+            system=self.sys.name,
+            reached=reached_at is not None,
+            iterations=it,
+            time_to_target_h=reached_at / 3600 if reached_at is not None else None,
+            wall_h=self.t / 3600,
+            ledger=self.ledger,
+            preemptions=self.preemptions,
+            notices=self.notices,
+            work_redone_gpu_s=self.redone_gpu_s,
+            spill_launches=self.spill_launches,
+            timeline=timeline,
+            preemption_times_h=[t / 3600 for t in self.preemption_times],
+        )
+
+    def _contrast(self, it: int, batch: list[int], explored: dict[int, int], fresh: bool) -> float:
+        """Mean group reward std of this rollout (see LearningModel)."""
+        G = self.sc.group_size
+        rho = 1.0 if fresh else self.learning.rank_preservation
+        stds = []
+        for p in batch:
+            n = explored.get(p, 0)
+            if n >= 2 * G:
+                draws = self.rewards.draw(it, p, n)
+                random_std = statistics.pstdev(draws[:G])
+                sel = statistics.pstdev([draws[i] for i in max_variance_subset(draws, G)])
+                self.planner.observe(str(p), draws)
+                stds.append(random_std + rho * (sel - random_std))
+            else:
+                draws = self.rewards.draw(it, p, G)
+                self.planner.note_rollout(str(p), draws)
+                stds.append(statistics.pstdev(draws))
+        return statistics.fmean(stds)

@@ -1,0 +1,205 @@
+"""The simulator: SP group formation, accounting against hand-computed cases, determinism,
+every trace format, zero spot capacity, and preemptions with and without notice."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from spotlight.costs import PriceTable
+from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Overheads, Scenario, StepCosts
+from spotlight.simulator import Simulation, form_groups
+from spotlight.traces import TRACES_DIR, CapacityTrace, load_trace
+
+SMALL = SCENARIOS["small"]
+
+
+def test_form_groups():
+    valid = (1, 2, 3, 4, 6, 8)
+    assert form_groups(7, 4, valid) == [4, 3]
+    assert form_groups(8, 4, valid) == [4, 4]
+    assert form_groups(3, 4, valid) == [3]
+    assert form_groups(5, 2, (1, 2)) == [2, 2, 1]
+    assert form_groups(0, 1, valid) == []
+    with pytest.raises(ValueError, match="not valid"):
+        form_groups(4, 5, valid)
+
+
+def test_step_costs_come_from_the_calibration_file():
+    c512 = StepCosts.from_calib(1024)
+    c1280 = StepCosts.from_calib(6400)
+    # fwd at batch 16, 1024 tokens: 0.6367 s -> 0.0398 s per sample, x2 for guidance
+    assert c512.sample_step_s == pytest.approx(2 * 0.6367070617675781 / 16)
+    assert c1280.sample_step_s > 5 * c512.sample_step_s
+    assert c512.model_gb == pytest.approx(40.86, abs=0.01)
+    with pytest.raises(ValueError, match="no calibration rows"):
+        StepCosts.from_calib(999)
+
+
+def _hand_scenario(**changes) -> Scenario:
+    base = dict(
+        name="hand",
+        image_tokens=1024,
+        trainer_gpus=1,
+        sampler_gpus=1,
+        fallback_gpus=1,
+        prompts_per_iteration=1,
+        group_size=2,
+        num_steps=2,
+        train_step_fraction=0.5,
+        batch_size=2,
+        sp_degree=1,
+        valid_degrees=(1,),
+        explore_candidates=4,
+        critical_candidates=4,
+        step_costs=StepCosts(sample_step_s=1.0, train_step_s=1.0, model_gb=1.0),
+        overheads=Overheads(weights_broadcast_s=2.0, replica_start_s=0.0, spill_wait_s=0.0),
+        max_hours=0.05,
+    )
+    return Scenario(**{**base, **changes})
+
+
+def test_accounting_matches_a_hand_computed_iteration():
+    # Rollout: one item of 2 samples x 2 steps at 1 s per sample-step on 1 GPU = 4 s, after a
+    # 2 s weights load. Update: 1 prompt x 2 samples x 1 trained step x 1 s on 1 GPU = 2 s.
+    # An iteration is 8 s; 2 on-demand GPUs are held throughout (16 GPU-s), busy 4 + 2 = 6.
+    sim = Simulation(_hand_scenario(), SYSTEMS["on_demand_grpo"], None, PriceTable(6.88, 0.73))
+    r = sim.run()
+    first, second = r.timeline[0], r.timeline[1]
+    assert first["t_h"] * 3600 == pytest.approx(8.0)
+    assert second["t_h"] * 3600 == pytest.approx(16.0)
+    assert first["cost_usd"] == pytest.approx(16 * 6.88 / 3600)
+    assert first["util_on_demand"] == pytest.approx(6 / 16)
+    n = r.iterations
+    assert r.ledger.held_s["on_demand"] == pytest.approx(16.0 * n)
+    assert r.ledger.busy_s["on_demand"] == pytest.approx(6.0 * n)
+    assert r.ledger.held_s["spot"] == 0.0
+    s = r.summary()
+    assert s["idle_gpu_h"] == pytest.approx(10.0 * n / 3600)
+
+
+def test_spot_gpus_are_billed_at_the_spot_price_while_the_trace_holds_them():
+    # One spot GPU from t=0 on: the rollout runs on it; it is held all the time.
+    trace = CapacityTrace("one", (0.0,), (1,), 10.0)
+    sc = _hand_scenario(
+        overheads=Overheads(weights_broadcast_s=2.0, replica_start_s=0.0, spill_wait_s=1e6)
+    )
+    r = Simulation(sc, SYSTEMS["spot_grpo"], trace, PriceTable(6.88, 0.75)).run()
+    t = r.timeline[0]["t_h"] * 3600
+    assert t == pytest.approx(8.0)
+    assert r.ledger.held_s["spot"] == pytest.approx(r.wall_h * 3600)
+    spot_usd = r.ledger.held_s["spot"] * 6.88 * 0.25 / 3600
+    od_usd = r.ledger.held_s["on_demand"] * 6.88 / 3600
+    assert r.ledger.cost_usd() == pytest.approx(spot_usd + od_usd)
+    assert r.ledger.held_s["on_demand"] == pytest.approx(r.wall_h * 3600)  # the trainer only
+
+
+def test_same_seed_same_result_and_every_trace_format_runs():
+    traces = sorted(p for p in TRACES_DIR.glob("*/*") if p.suffix in (".json", ".csv"))
+    sc = dataclasses.replace(SMALL, max_hours=2.0)
+    for path in traces:
+        r = Simulation(sc, SYSTEMS["spotlight"], load_trace(path), seed=3).run()
+        assert r.iterations > 0, path
+    a = Simulation(SMALL, SYSTEMS["spotlight"], load_trace(SMALL.trace), seed=1).run()
+    b = Simulation(SMALL, SYSTEMS["spotlight"], load_trace(SMALL.trace), seed=1).run()
+    assert json.dumps(a.summary()) == json.dumps(b.summary())
+    assert a.timeline == b.timeline
+
+
+def test_zero_spot_capacity_degrades_to_on_demand_behaviour():
+    none = CapacityTrace("none", (0.0,), (0,), 3600.0)
+    sc = _hand_scenario(
+        max_hours=2.0, prompts_per_iteration=8, batch_size=4, group_size=4, explore_candidates=8
+    )
+    learn = LearningModel(baseline_iterations=20)
+    od = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=learn).run()
+    spot = Simulation(sc, SYSTEMS["spot_grpo"], none, learning=learn).run()
+    assert spot.ledger.held_s["spot"] == 0.0 and spot.preemptions == 0
+    assert spot.spill_launches == 1  # the fallback came once and stayed
+    assert spot.reached and od.reached
+    assert spot.iterations == od.iterations
+    assert spot.time_to_target_h == pytest.approx(od.time_to_target_h)
+    assert spot.ledger.cost_usd() == pytest.approx(od.ledger.cost_usd())
+
+
+def _kill_mid_rollout(hard_share: float, commit_every: int):
+    # Two spot GPUs; one goes at t=5 s, mid-item (items take 2 x 4 steps x 1 s = 8 s + 2 s load).
+    trace = CapacityTrace("drop", (0.0, 5.0), (2, 1), 100.0)
+    sc = _hand_scenario(
+        sampler_gpus=2,
+        prompts_per_iteration=2,
+        num_steps=4,
+        commit_every=commit_every,
+        overheads=Overheads(
+            weights_broadcast_s=2.0,
+            replica_start_s=0.0,
+            spill_wait_s=1000.0,
+            notice_s=2.0,
+            hard_share=hard_share,
+            lease_s=3.0,
+        ),
+        max_hours=0.01,
+    )
+    return Simulation(
+        sc, SYSTEMS["spot_grpo"], trace, learning=LearningModel(baseline_iterations=1)
+    )
+
+
+def test_a_preemption_with_notice_loses_no_work_and_without_one_loses_steps_since_the_commit():
+    noticed = _kill_mid_rollout(hard_share=0.0, commit_every=2)
+    r = noticed.run()
+    assert r.preemptions == 1 and r.notices == 1 and r.work_redone_gpu_s == 0.0
+    assert noticed.queue.stats()["items_resumed"] == 1
+    killed = _kill_mid_rollout(hard_share=1.0, commit_every=2)
+    r = killed.run()
+    assert r.preemptions == 1 and r.notices == 0
+    # killed at 5 s: 3 s into the item (after the 2 s load) = 1.5 steps at 2 s per step;
+    # no commit yet (first at step 2): 3 GPU-s redone
+    assert r.work_redone_gpu_s == pytest.approx(3.0)
+    assert killed.leases_expired == 1
+    no_commits = _kill_mid_rollout(hard_share=1.0, commit_every=0).run()
+    assert no_commits.work_redone_gpu_s == pytest.approx(3.0)
+
+
+def test_paper_scenarios_are_well_formed():
+    for name in ("paper-512", "paper-1280"):
+        sc = SCENARIOS[name]
+        assert sc.sp_degree in sc.valid_degrees
+        assert sc.costs().sample_step_s > 0
+    assert set(SYSTEMS) >= {
+        "on_demand_grpo",
+        "on_demand_critical_path",
+        "spot_grpo",
+        "spotlight",
+        "ablation_uniform_planner",
+        "ablation_sp_restart",
+        "ablation_push",
+    }
+
+
+def test_simulate_command_writes_the_summary_report_and_plots(tmp_path):
+    from spotlight.cli import main
+
+    out = tmp_path / "sim"
+    rc = main(["simulate", "--scenario", "small", "--trace", "p3-trace.csv", "--out", str(out)])
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["systems"]) == set(SYSTEMS)
+    for r in s["systems"].values():
+        for key in (
+            "time_to_target_h",
+            "cost_usd",
+            "gpu_util_spot",
+            "gpu_util_on_demand",
+            "preemptions",
+            "work_redone_gpu_h",
+        ):
+            assert key in r
+    assert s["trace"] == "p3-trace" and s["paper"]["speedup_vs_baselines"] == 4.0
+    assert {m["kind"] for m in s["measured_vs_modelled"]} >= {"measured", "modelled"}
+    for name in ("report.md", "reward_vs_time.png", "cost_vs_time.png", "utilization.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| spotlight |" in (out / "report.md").read_text()
+    assert main(["simulate", "--scenario", "small", "--trace", "nope.csv", "--out", str(out)]) == 2
