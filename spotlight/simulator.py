@@ -443,7 +443,7 @@ class Simulation:
             self.queue.drop(left)
             for g in self.groups.values():
                 if g.item is not None and g.item.item_id in ids:
-                    self.ledger.busy(g.pool, (self.t - g.started) * g.size)
+                    self.ledger.busy(g.pool, max(0.0, self.t - g.started) * g.size)
                     g.item = None
                 g.queue = [it for it in g.queue if it.item_id not in ids]
             self._orphans = [it for it in self._orphans if it.item_id not in ids]
