@@ -479,7 +479,7 @@ class Simulation:
         elif kind == "lease_expired":
             self.leases_expired += self.queue.release(payload, now=self.t)
         elif kind == "group_ready":
-            pass
+            pass  # nothing to change: the dispatch after every event gives it work
         elif kind == "repush":
             ready = [g for g in self.groups.values() if g.ready_at <= self.t]
             spot = [g for g in ready if g.pool == "spot"]
