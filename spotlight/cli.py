@@ -152,6 +152,11 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.what == "regroup":
+        from spotlight.bench_regroup import run
+
+        run(Path(args.out), args.repeats, args.checkpoint_mb, log=sys.stdout)
+        return 0
     from spotlight.bench import MODES, plot_exploration, run_runs, summarize_runs
     from spotlight.controller import RayOptions, connect
 
@@ -345,8 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=_simulate)
 
     bench = sub.add_parser("bench", help="benchmarks that need real runs")
-    bench.add_argument("what", choices=["exploration"])
-    bench.add_argument("--out", required=True, help="folder for exploration.json and the runs")
+    bench.add_argument("what", choices=["exploration", "regroup"])
+    bench.add_argument(
+        "--out", required=True, help="folder for exploration.json and the runs / regroup.json"
+    )
     bench.add_argument("--recipe", default=DEFAULT_RECIPE, choices=sorted(RECIPES))
     bench.add_argument("--iterations", type=int, help="iterations per run (default: recipe's)")
     bench.add_argument("--val-every", type=int, help="validation interval (default: recipe's)")
@@ -356,6 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-delta", type=float, default=0.15, help="target = initial validation + this"
     )
     bench.add_argument("--samplers", type=int, default=2)
+    bench.add_argument("--repeats", type=int, default=5, help="regroup: repetitions")
+    bench.add_argument(
+        "--checkpoint-mb", type=int, default=256, help="regroup: checkpoint size to load cold"
+    )
     bench.set_defaults(func=_bench)
     return parser
 

@@ -39,25 +39,9 @@ from spotlight.costs import Ledger, PriceTable
 from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
 from spotlight.sim_model import EVALS, LearningModel, Scenario, System
+from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
 from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
-
-
-def form_groups(gpus: int, target: int, valid: tuple[int, ...]) -> list[int]:
-    """Split ``gpus`` into SP groups: as many of ``target`` as fit, the rest into the largest
-    valid degrees (e.g. 7 GPUs, target 4, valid 1,2,3,4 -> [4, 3])."""
-    if target not in valid:
-        raise ValueError(f"SP degree {target} is not valid ({valid})")
-    sizes = []
-    left = gpus
-    while left >= target:
-        sizes.append(target)
-        left -= target
-    for d in sorted((v for v in valid if v < target), reverse=True):
-        while left >= d:
-            sizes.append(d)
-            left -= d
-    return sizes
 
 
 @dataclass

@@ -10,7 +10,8 @@ import pytest
 
 from spotlight.costs import PriceTable
 from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Overheads, Scenario, StepCosts
-from spotlight.simulator import Simulation, form_groups
+from spotlight.simulator import Simulation
+from spotlight.sp_groups import assign, check_degree, form_groups, valid_degrees
 from spotlight.traces import TRACES_DIR, CapacityTrace, load_trace
 
 SMALL = SCENARIOS["small"]
@@ -25,6 +26,12 @@ def test_form_groups():
     assert form_groups(0, 1, valid) == []
     with pytest.raises(ValueError, match="not valid"):
         form_groups(4, 5, valid)
+    assert valid_degrees(24) == (1, 2, 3, 4, 6, 8, 12, 24)
+    assert valid_degrees(24, 8) == valid
+    assert assign([7, 3, 5], 2, (1, 2, 4)) == [[7, 3], [5]]
+    check_degree(4, 24)
+    with pytest.raises(ValueError, match="does not divide the model's 24 attention heads"):
+        check_degree(5, 24)
 
 
 def test_step_costs_come_from_the_calibration_file():

@@ -1,0 +1,164 @@
+"""``spotlight bench regroup``: re-forming SP groups from live workers against a cold restart.
+
+With real processes on this machine (gloo over TCP on localhost), ``repeats`` times:
+
+* **regroup**: four live workers in one group; one is killed (its GPU preempted); the three
+  survivors are re-formed as 2 + 1 (valid degrees of a 4-head model) without new processes:
+  destroy the old communicator, rendezvous, init, and one all-reduce to prove each new group
+  works. Plus, apart: a new worker taking the weights from a live peer through shared memory.
+* **cold restart**: three new worker processes started at once (Python, torch import), each
+  loading the checkpoint from storage (the file's pages dropped from the page cache first, so
+  the disk is read), then one group initialised as above.
+
+Writes ``DIR/regroup.json``: medians ``regroup_s`` and ``cold_restart_s``, their breakdowns, the
+speedup, and the inputs of the cluster-scale cost model (:func:`restart_cost_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+def _drop_cache(path: Path) -> bool:
+    """Evict ``path`` from the page cache (Linux); True if it worked."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    finally:
+        os.close(fd)
+
+
+def make_checkpoint(path: Path, megabytes: int) -> Path:
+    """A safetensors file of ``megabytes`` of float32 weights (64 tensors)."""
+    import torch
+    from safetensors.torch import save_file
+
+    n = max(1, megabytes * 2**20 // 4 // 64)
+    g = torch.Generator().manual_seed(0)
+    save_file({f"w{i}": torch.randn(n, generator=g) for i in range(64)}, str(path))
+    return path
+
+
+def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | None = None) -> dict:
+    from spotlight.elastic import NodeWorkers
+    from spotlight.sp_groups import assign, valid_degrees
+
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = make_checkpoint(out / "bench-checkpoint.safetensors", checkpoint_mb)
+    valid = valid_degrees(4)
+    regroups, colds, copies = [], [], []
+    try:
+        for rep in range(repeats):
+            # -- regroup: live workers, one lost
+            nw = NodeWorkers(4)
+            nw.load([0, 1, 2, 3], str(ckpt))
+            nw.form([[0, 1, 2, 3]])
+            nw.lose(3)
+            t0 = time.perf_counter()
+            r = nw.form(assign([0, 1, 2], 2, valid))
+            wall = time.perf_counter() - t0
+            w = r["workers"].values()
+            regroups.append(
+                {
+                    "wall_s": wall,
+                    "destroy_s": max(x["destroy_s"] for x in w),
+                    "init_s": max(x["init_s"] for x in w),
+                    "check_s": max(x["check_s"] for x in w),
+                    "groups": [len(g) for g in nw.groups],
+                }
+            )
+            nw.start(4)  # a new member joins: weights from a peer, not from storage
+            copies.append(nw.copy_weights(0, 4))
+            if nw.checksum(0) != nw.checksum(4):
+                raise RuntimeError("the weights copied from the peer differ")
+            nw.shutdown()
+            # -- cold restart: new processes, checkpoint from storage, new group
+            dropped = _drop_cache(ckpt)
+            t0 = time.perf_counter()
+            cold = NodeWorkers(3)  # three new processes, started together
+            t_spawn = time.perf_counter() - t0
+            loads = cold.load([0, 1, 2], str(ckpt))
+            t_load = time.perf_counter() - t0 - t_spawn
+            f = cold.form([[0, 1, 2]])
+            colds.append(
+                {
+                    "wall_s": time.perf_counter() - t0,
+                    "spawn_and_import_s": t_spawn,
+                    "load_checkpoint_s": t_load,
+                    "load_checkpoint_s_per_worker": [x["load_s"] for x in loads],
+                    "init_group_s": f["wall_s"],
+                    "page_cache_dropped": dropped,
+                }
+            )
+            cold.shutdown()
+            if log is not None:
+                print(
+                    f"[regroup] {rep + 1}/{repeats}: regroup {regroups[-1]['wall_s']:.3f} s,"
+                    f" cold restart {colds[-1]['wall_s']:.3f} s (spawn+import"
+                    f" {t_spawn:.2f}, load {t_load:.2f}, init {f['wall_s']:.2f}), peer copy"
+                    f" {copies[-1]['wall_s']:.3f} s",
+                    file=log,
+                    flush=True,
+                )
+    finally:
+        ckpt.unlink(missing_ok=True)
+    med = statistics.median
+    result = {
+        "repeats": repeats,
+        "checkpoint_mb": checkpoint_mb,
+        "workers": 4,
+        "backend": "gloo (CPU processes, localhost TCP)",
+        "regroup_s": med(r["wall_s"] for r in regroups),
+        "cold_restart_s": med(c["wall_s"] for c in colds),
+        "regroup_breakdown_s": {
+            k: med(r[k] for r in regroups) for k in ("destroy_s", "init_s", "check_s")
+        },
+        "cold_restart_breakdown_s": {
+            k: med(c[k] for c in colds)
+            for k in ("spawn_and_import_s", "load_checkpoint_s", "init_group_s")
+        },
+        "peer_weight_copy_s": med(c["wall_s"] for c in copies),
+        "runs": {"regroup": regroups, "cold_restart": colds, "peer_copy": copies},
+    }
+    result["speedup"] = result["cold_restart_s"] / result["regroup_s"]
+    result["storage_gb_per_s"] = (checkpoint_mb / 1024) / max(
+        1e-9, med(max(c["load_checkpoint_s_per_worker"]) for c in colds)
+    )
+    (out / "regroup.json").write_text(json.dumps(result, indent=1))
+    if log is not None:
+        print(
+            f"[regroup] median regroup {result['regroup_s']:.3f} s vs cold restart"
+            f" {result['cold_restart_s']:.3f} s: {result['speedup']:.0f}x -> {out}/regroup.json",
+            file=log,
+            flush=True,
+        )
+    return result
+
+
+def restart_cost_s(
+    model_gb: float,
+    storage_gb_per_s: float,
+    process_start_s: float,
+    group_init_s: float,
+) -> float:
+    """Cluster-scale cold restart of an SP group: new processes (Python, torch, CUDA context),
+    the checkpoint read from storage by each member at ``storage_gb_per_s``, the group's
+    communicator. The simulator's ``Overheads.restart_s``."""
+    return process_start_s + model_gb / storage_gb_per_s + group_init_s
+
+
+def regroup_cost_s(
+    group_init_s: float, weights_gb: float = 0.0, peer_gb_per_s: float = 1.0
+) -> float:
+    """Re-forming survivors: a new communicator, plus a peer copy of ``weights_gb`` when a member
+    lacks the weights (0 when all survivors hold them). The simulator's ``Overheads.regroup_s``."""
+    return group_init_s + (weights_gb / peer_gb_per_s if weights_gb else 0.0)

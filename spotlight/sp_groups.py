@@ -1,0 +1,53 @@
+"""Sequence-parallel group shapes, without Ray or torch.
+
+Ulysses SP splits attention heads across the group, so a group's degree must divide the model's
+head count (Qwen-Image: 24 heads, so 1, 2, 3, 4, 6, 8, 12, 24). When a member is lost, the
+survivors are re-formed into valid groups: as many of the target degree as fit, the rest into
+the largest valid degrees (4 GPUs with one lost -> 2 + 1). The simulator and the per-node
+worker scheduler (spotlight/elastic.py) both use these rules.
+"""
+
+from __future__ import annotations
+
+
+def valid_degrees(num_heads: int, max_degree: int | None = None) -> tuple[int, ...]:
+    """SP degrees that divide ``num_heads`` (up to ``max_degree``)."""
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+    top = num_heads if max_degree is None else min(num_heads, max_degree)
+    return tuple(d for d in range(1, top + 1) if num_heads % d == 0)
+
+
+def check_degree(degree: int, num_heads: int) -> None:
+    """Refuse an SP degree that does not divide the head count, with the valid ones."""
+    if degree < 1 or num_heads % degree:
+        raise ValueError(
+            f"SP degree {degree} does not divide the model's {num_heads} attention heads;"
+            f" valid degrees: {', '.join(map(str, valid_degrees(num_heads)))}"
+        )
+
+
+def form_groups(gpus: int, target: int, valid: tuple[int, ...]) -> list[int]:
+    """Split ``gpus`` into SP groups: as many of ``target`` as fit, the rest into the largest
+    valid degrees (e.g. 7 GPUs, target 4, valid 1,2,3,4 -> [4, 3])."""
+    if target not in valid:
+        raise ValueError(f"SP degree {target} is not valid ({valid})")
+    sizes = []
+    left = gpus
+    while left >= target:
+        sizes.append(target)
+        left -= target
+    for d in sorted((v for v in valid if v < target), reverse=True):
+        while left >= d:
+            sizes.append(d)
+            left -= d
+    return sizes
+
+
+def assign(members: list[int], target: int, valid: tuple[int, ...]) -> list[list[int]]:
+    """Members (worker ids, in order) grouped as :func:`form_groups` says."""
+    out, k = [], 0
+    for size in form_groups(len(members), target, valid):
+        out.append(members[k : k + size])
+        k += size
+    return out
