@@ -8,6 +8,13 @@ and its weights stay. A worker that needs weights (a new version, or one that jo
 them from a peer on the same node through shared memory (torch's multiprocessing shares tensor
 storage between processes), not from storage.
 
+Sampling: every member of a group runs the same steps of the same item with Ulysses SP
+(``spotlight.policies.sp``); the sequence is split among them and each gets the full velocity, so
+their trajectories agree and rank 0 reports them. A group built for a new shape wraps the
+weights already in memory in a fresh module (``load_state_dict(assign=True)``: no copy), because
+diffusers attaches a parallel configuration to a module once. An item interrupted by a regroup
+continues on the new group from its serialized state (``resume``).
+
 The alternative a preemption forces without this, a **cold restart**, starts new processes,
 imports torch, loads the checkpoint from storage and initializes the process group:
 ``spotlight bench regroup`` (benchmarks in spotlight/bench_regroup.py) times both.
@@ -32,6 +39,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _build_policy(policy: dict[str, Any], state: dict, degree: int):
+    """A policy module around the weights already in memory (no copy: ``assign``), with Ulysses
+    SP of ``degree`` over the current process group when ``degree > 1``."""
+    from spotlight.config import PolicyConfig
+    from spotlight.policies import make_policy
+    from spotlight.policies.sp import enable_ulysses
+
+    cfg = PolicyConfig(**{**policy, "checkpoint": None})
+    # Built on the CPU (the tiny policy: milliseconds), then pointed at the weights in memory.
+    # At Qwen-Image size this would build on the meta device and recompute the few
+    # non-persistent buffers (RoPE tables) instead.
+    module = make_policy(cfg, "cpu")
+    module.load_state_dict(state, assign=True)
+    if degree > 1:
+        enable_ulysses(module.transformer, degree)
+    return module
+
+
 def _worker(conn, threads: int) -> None:  # runs in the child process
     import torch
     import torch.distributed as dist
@@ -39,12 +64,16 @@ def _worker(conn, threads: int) -> None:  # runs in the child process
 
     torch.set_num_threads(threads)
     state: dict[str, torch.Tensor] = {}
+    policy_cfg: dict[str, Any] = {}
+    module = None
+    rank = 0
     conn.send({"ready": True})
     while True:
         cmd, *args = conn.recv()
         t0 = time.perf_counter()
         if cmd == "load":  # from storage (the cold path)
-            state = load_file(args[0])
+            state = {k: v.float() for k, v in load_file(args[0]).items()}
+            policy_cfg = args[1] if len(args) > 1 else {}
             conn.send({"load_s": time.perf_counter() - t0, "tensors": len(state)})
         elif cmd == "form":  # join a new group: only the communicator changes
             rank, world, port = args
@@ -57,15 +86,36 @@ def _worker(conn, threads: int) -> None:  # runs in the child process
             t2 = time.perf_counter()
             check = torch.tensor([float(rank + 1)])
             dist.all_reduce(check)  # the new group works: sum of 1..world
+            t3 = time.perf_counter()
+            module = _build_policy(policy_cfg, state, world) if policy_cfg else None
             conn.send(
                 {
                     "destroy_s": t1 - t0,
                     "init_s": t2 - t1,
-                    "check_s": time.perf_counter() - t2,
+                    "check_s": t3 - t2,
+                    "policy_s": time.perf_counter() - t3,
                     "sum": float(check.item()),
                     "pid": os.getpid(),
                 }
             )
+        elif cmd == "sample":  # every member runs the same steps; rank 0 returns the state
+            from spotlight.config import SamplerConfig
+            from spotlight.sampler import Trajectory, advance, start_trajectory
+
+            prompts, seeds, sampler, version, resume, steps = args
+            scfg = SamplerConfig(**sampler)
+            if resume:
+                trajs = [Trajectory.from_bytes(b) for b in resume]
+            else:
+                shape = module.latent_shape
+                trajs = [
+                    start_trajectory(p, sd, shape, scfg, version)
+                    for p, sd in zip(prompts, seeds, strict=True)
+                ]
+            with torch.no_grad():
+                advance(module, trajs, steps)
+            out = [t.to_bytes() for t in trajs] if rank == 0 else None
+            conn.send({"states": out, "sample_s": time.perf_counter() - t0})
         elif cmd == "leave":
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -76,6 +126,7 @@ def _worker(conn, threads: int) -> None:  # runs in the child process
             conn.send({"state": state, "share_s": time.perf_counter() - t0})
         elif cmd == "adopt":  # weights from a peer: copy out of its shared memory
             state = {k: v.clone() for k, v in args[0].items()}
+            policy_cfg = args[1]
             conn.send({"adopt_s": time.perf_counter() - t0, "tensors": len(state)})
         elif cmd == "checksum":
             conn.send({"sum": float(sum(float(t.double().sum()) for t in state.values()))})
@@ -104,6 +155,7 @@ class NodeWorkers:
         self.workers: dict[int, _Handle] = {}
         self.threads = threads
         self.groups: list[list[int]] = []
+        self.policy: dict[str, Any] = {}
         self.start_timings = self.start(*range(n))
 
     def start(self, *wids: int) -> list[dict[str, float]]:
@@ -133,8 +185,29 @@ class NodeWorkers:
                 raise RuntimeError(f"worker {wid}: {reply['error']}")
         return out
 
-    def load(self, wids: list[int], path: str) -> list[dict[str, Any]]:
-        return self._call(wids, [("load", path)] * len(wids))
+    def load(
+        self, wids: list[int], path: str, policy: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Workers ``wids`` read the weights from storage. With ``policy`` (``PolicyConfig``
+        fields) they can sample; groups formed later build their policy around these weights."""
+        self.policy = policy or {}
+        return self._call(wids, [("load", path, self.policy)] * len(wids))
+
+    def sample(
+        self,
+        group: list[int],
+        prompts: list[str],
+        seeds: list[int],
+        sampler: dict[str, Any],
+        version: int = 0,
+        resume: list[bytes] | None = None,
+        steps: int | None = None,
+    ) -> list[bytes]:
+        """The group samples (or continues from ``resume``) ``steps`` steps (default: to the
+        end) with Ulysses SP over its members; returns the trajectories' states."""
+        msg = ("sample", prompts, seeds, sampler, version, resume, steps)
+        replies = self._call(group, [msg] * len(group))
+        return replies[0]["states"]
 
     def form(self, groups: list[list[int]]) -> dict[str, Any]:
         """Re-form the live workers into ``groups`` (lists of worker ids; every group its own
@@ -167,7 +240,7 @@ class NodeWorkers:
         """``dst`` takes ``src``'s weights through shared memory (no storage read)."""
         t0 = time.perf_counter()
         shared = self._call([src], [("share",)])[0]
-        adopted = self._call([dst], [("adopt", shared["state"])])[0]
+        adopted = self._call([dst], [("adopt", shared["state"], self.policy)])[0]
         return {
             "wall_s": time.perf_counter() - t0,
             "share_s": shared["share_s"],
