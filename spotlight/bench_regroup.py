@@ -10,7 +10,7 @@ With real processes on this machine (gloo over TCP on localhost), ``repeats`` ti
   through shared memory.
 * **cold restart**: three new worker processes started at once (Python, torch import), each
   loading the checkpoint from storage (the file's pages dropped from the page cache first, so
-  the disk is read), then one group of 3 initialised as above.
+  the disk is read), then groups 2 + 1 initialised as above.
 
 And the storage read rate of a ``checkpoint_mb`` file with a cold page cache: the input that
 scales the cold restart to Qwen-Image's 41 GB in :func:`restart_cost_s`.
@@ -100,7 +100,7 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
             t_spawn = time.perf_counter() - t0
             cold.load([0, 1, 2], str(ckpt), policy)
             t_load = time.perf_counter() - t0 - t_spawn
-            f = cold.form([[0, 1, 2]])
+            f = cold.form(assign([0, 1, 2], 2, valid))
             colds.append(
                 {
                     "wall_s": time.perf_counter() - t0,
@@ -151,6 +151,7 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
         "runs": {"regroup": regroups, "cold_restart": colds, "peer_copy": copies, "reads": reads},
     }
     result["speedup"] = result["cold_restart_s"] / result["regroup_s"]
+    result["sp_throughput"] = sp_throughput(cfg, policy, log=log)
     (out / "regroup.json").write_text(json.dumps(result, indent=1))
     if log is not None:
         print(
@@ -160,6 +161,38 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
             flush=True,
         )
     return result
+
+
+def sp_throughput(cfg, policy: dict, degrees=(1, 2, 4), samples: int = 8, log=None) -> list[dict]:
+    """Samples/s of one SP group of each degree (tiny-ocr, one item of ``samples``, all steps,
+    one thread per worker; the first item warms up and is not counted)."""
+    import dataclasses
+
+    from spotlight.elastic import NodeWorkers
+
+    smp = dataclasses.asdict(cfg.sampler)
+    prompts = [f'a sign that says "W{i}"' for i in range(samples)]
+    rows = []
+    for d in degrees:
+        nw = NodeWorkers(d)
+        try:
+            nw.load(list(range(d)), cfg.policy.checkpoint, policy)
+            nw.form([list(range(d))])
+            nw.sample(list(range(d)), prompts, list(range(samples)), smp)  # warm-up
+            t0 = time.perf_counter()
+            nw.sample(list(range(d)), prompts, list(range(samples, 2 * samples)), smp)
+            sec = time.perf_counter() - t0
+        finally:
+            nw.shutdown()
+        rows.append({"sp_degree": d, "seconds": sec, "samples_per_s": samples / sec})
+        if log is not None:
+            print(
+                f"[regroup] SP {d}: {samples} samples x {cfg.sampler.num_steps} steps in"
+                f" {sec:.2f} s ({samples / sec:.1f} samples/s)",
+                file=log,
+                flush=True,
+            )
+    return rows
 
 
 def restart_cost_s(

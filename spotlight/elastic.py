@@ -74,7 +74,11 @@ def _worker(conn, threads: int) -> None:  # runs in the child process
         if cmd == "load":  # from storage (the cold path)
             state = {k: v.float() for k, v in load_file(args[0]).items()}
             policy_cfg = args[1] if len(args) > 1 else {}
-            conn.send({"load_s": time.perf_counter() - t0, "tensors": len(state)})
+            heads = None
+            if policy_cfg:  # also checks that the weights fit the policy
+                module = _build_policy(policy_cfg, state, 1)
+                heads = module.transformer.config.num_attention_heads
+            conn.send({"load_s": time.perf_counter() - t0, "tensors": len(state), "heads": heads})
         elif cmd == "form":  # join a new group: only the communicator changes
             rank, world, port = args
             if dist.is_initialized():
@@ -156,6 +160,7 @@ class NodeWorkers:
         self.threads = threads
         self.groups: list[list[int]] = []
         self.policy: dict[str, Any] = {}
+        self.num_heads: int | None = None
         self.start_timings = self.start(*range(n))
 
     def start(self, *wids: int) -> list[dict[str, float]]:
@@ -191,7 +196,9 @@ class NodeWorkers:
         """Workers ``wids`` read the weights from storage. With ``policy`` (``PolicyConfig``
         fields) they can sample; groups formed later build their policy around these weights."""
         self.policy = policy or {}
-        return self._call(wids, [("load", path, self.policy)] * len(wids))
+        replies = self._call(wids, [("load", path, self.policy)] * len(wids))
+        self.num_heads = replies[0]["heads"]
+        return replies
 
     def sample(
         self,
@@ -211,7 +218,13 @@ class NodeWorkers:
 
     def form(self, groups: list[list[int]]) -> dict[str, Any]:
         """Re-form the live workers into ``groups`` (lists of worker ids; every group its own
-        communicator); returns the wall time and each worker's breakdown."""
+        communicator); returns the wall time and each worker's breakdown. A group size that does
+        not divide the policy's head count is refused before anything changes."""
+        from spotlight.sp_groups import check_degree
+
+        if self.num_heads is not None:
+            for group in groups:
+                check_degree(len(group), self.num_heads)
         t0 = time.perf_counter()
         wids, msgs = [], []
         for group in groups:

@@ -97,6 +97,9 @@ def test_items_in_flight_survive_a_regroup_and_match_one_process():
         nw.lose(3)  # a member is preempted: the survivors re-form as 2 + 1
         nw.form(assign([0, 1, 2], 2, valid_degrees(4)))
         assert nw.groups == [[0, 1], [2]]
+        with pytest.raises(ValueError, match="valid degrees: 1, 2, 4"):
+            nw.form([[0, 1, 2]])  # refused before anything changes
+        assert nw.groups == [[0, 1], [2]]
         on_two = nw.sample([0, 1], PROMPTS, SEEDS, smp, 0, half, None)  # resumed on SP 2
         on_one = nw.sample([2], PROMPTS, SEEDS, smp, 0, half, None)  # and, apart, on 1 worker
     finally:
