@@ -69,9 +69,13 @@ class Overheads:
     """A new spot GPU becomes a sampling replica: process start, imports, 41 GB of weights from
     storage (modelled: ~0.5 GB/s per node from object storage plus ~40 s start)."""
     regroup_s: float = 1.0
-    """Survivors of a broken SP group re-form groups from on-node state (issue: < 1 s)."""
+    """Survivors of a broken SP group re-form groups from on-node state: a communicator init
+    (measured 0.041 s for the whole regroup with gloo on one machine, docs/benchmarks.md;
+    modelled 1 s for NCCL across nodes)."""
     restart_s: float = 120.0
-    """Ablation: a broken SP group restarts cold (new processes, reload, init)."""
+    """Ablation: a broken SP group restarts cold: ``restart_cost_s`` (bench_regroup.py) =
+    process start (30 s) + 41 GB at ~0.5 GB/s from object storage (82 s) + init (5 s), rounded
+    (modelled; 4.6 s measured here for the tiny policy from local disk)."""
     notice_s: float = 120.0
     """Warning before a preemption (AWS spot: 2 minutes)."""
     hard_share: float = 0.1
