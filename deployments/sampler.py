@@ -66,6 +66,9 @@ class ReplicaSpec:
     """Clouds whose instance metadata to poll ('aws', 'gcp'); Ray drains are always watched."""
     drain_margin_s: float = 10.0
     """A cloud notice drains the node this long before the cloud's deadline."""
+    sp_degree: int = 1
+    """Workers (GPUs) per replica: above 1 the replica samples with Ulysses SP over that many
+    worker processes it owns (spotlight/elastic.py)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,6 +113,15 @@ class SamplerReplica:
         self.spec = spec
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
+        self._sp = None
+        if spec.sp_degree > 1:  # the replica's SP workers: its own processes, one per GPU
+            from spotlight.elastic import NodeWorkers
+            from spotlight.sp_groups import check_degree
+
+            heads = self._policy.transformer.config.num_attention_heads
+            check_degree(spec.sp_degree, heads)
+            self._sp = NodeWorkers(spec.sp_degree, spec.threads)
+            self._sp.num_heads = heads
         self._reward = reward_handle
         self._actors = get_actors()
         ctx = serve.get_replica_context()
@@ -175,6 +187,8 @@ class SamplerReplica:
         self._thread.join(timeout=self.spec.stop_timeout_s)
         with contextlib.suppress(Exception):
             ray.get(self._actors.queue.release.remote(self.worker_id), timeout=5)
+        if self._sp is not None:
+            self._sp.shutdown()
 
     # -- Notices -----------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -253,6 +267,13 @@ class SamplerReplica:
         t0 = time.perf_counter()
         header, state = fetch_weights(self._actors.broadcast, version)
         self._policy.load_state_dict(state)
+        if self._sp is not None:  # the SP workers take the version through shared memory
+            self._sp.set_weights(
+                {k: v.detach().clone() for k, v in self._policy.state_dict().items()},
+                self.spec.policy,
+            )
+            if not self._sp.groups:
+                self._sp.form([list(self._sp.workers)])
         self.version = (version, header.sha256)
         self.counters["weights_loads"] += 1
         self.weights_load_s.append(time.perf_counter() - t0)
@@ -298,7 +319,19 @@ class SamplerReplica:
                 self.counters["items_handed_back"] += 1
                 self.counters["busy_s"] += time.perf_counter() - t0
                 return None
-            advance(self._policy, trajs, 1, cond)
+            if self._sp is None:
+                advance(self._policy, trajs, 1, cond)
+            else:  # one step on the SP group, which returns the trajectories' states
+                states = self._sp.sample(
+                    self._sp.groups[0],
+                    list(item.prompts),
+                    list(item.seeds),
+                    self.spec.sampler,
+                    item.weights_version,
+                    [t.to_bytes() for t in trajs],
+                    1,
+                )
+                trajs = [Trajectory.from_bytes(b) for b in states]
             step = trajs[0].step
             if every and step % every == 0 and not trajs[0].done:
                 state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
@@ -319,6 +352,7 @@ class SamplerReplica:
             trajectories=[tr.to_bytes() for tr in trajs] if keep else [],
             busy_s=busy,
             resumed_from_step=start_step,
+            sp_degree=len(self._sp.groups[0]) if self._sp is not None else 1,
             weights_load_s=load_s,
             images=None if keep else images,
         )

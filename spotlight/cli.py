@@ -62,6 +62,7 @@ def _train(args: argparse.Namespace) -> int:
         trace_hard_share=args.trace_hard_share,
         trace_start_s=args.trace_start_h * 3600 if args.trace_start_h is not None else None,
         trace_seed=args.trace_seed,
+        sp_degree=args.sp_degree,
     )
     opts.validate()
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
@@ -215,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         "local: the single-process reference loop",
     )
     train.add_argument("--samplers", type=int, default=2, help="sampler replicas (ray runner)")
+    train.add_argument(
+        "--sp-degree",
+        type=int,
+        default=1,
+        help="GPUs (locally: worker processes) per sampler replica, Ulysses SP above 1",
+    )
     train.add_argument(
         "--train-workers", type=int, default=1, help="Ray Train data-parallel workers"
     )

@@ -121,6 +121,8 @@ class RayOptions:
     """Trace time the replay starts at (default: where the trace first has capacity)."""
     trace_seed: int = 0
     """Which nodes the replay preempts."""
+    sp_degree: int = 1
+    """GPUs (locally: worker processes) per sampler replica, with Ulysses SP above 1."""
 
     def spill_policy(self):
         from spotlight.work_queue import SpillPolicy
@@ -134,6 +136,7 @@ class RayOptions:
             "threads": self.threads_per_worker,
             "trainer threads": self.trainer_threads,
         }
+        counts["sp degree"] = self.sp_degree
         bad = [f"{k} ({v})" for k, v in counts.items() if v < 1]
         if bad:
             raise ValueError(f"must be >= 1: {', '.join(bad)}")
@@ -157,7 +160,7 @@ def local_resources(opts: RayOptions) -> dict[str, float]:
         names.RESOURCE_SPOT: 1.0,
         names.RESOURCE_ON_DEMAND: 1.0,
         names.RESOURCE_CONTROL: 1.0,
-        names.RESOURCE_SAMPLER: float(opts.num_samplers),
+        names.RESOURCE_SAMPLER: float(opts.num_samplers * opts.sp_degree),
         names.RESOURCE_TRAINER: float(opts.num_train_workers),
     }
 
@@ -183,7 +186,10 @@ def connect(opts: RayOptions, log: TextIO | None = None):
 
         cluster = LocalSpotCluster(
             head_cpus=opts.num_train_workers + 3,
-            head_resources=head_resources(opts.num_train_workers, opts.spill != "never"),
+            head_resources=head_resources(
+                opts.num_train_workers, opts.spill != "never", opts.sp_degree
+            ),
+            sampler_per_node=opts.sp_degree,
         )
         injector = build_injector(
             cluster,
@@ -234,10 +240,11 @@ def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | No
             " `ray start --resources '{\"on_demand\": 1, ...}'`)"
         )
     missing = []
-    if res.get(names.RESOURCE_SAMPLER, 0) < 1:
+    if res.get(names.RESOURCE_SAMPLER, 0) < opts.sp_degree:
         missing.append(
-            f"no '{names.RESOURCE_SAMPLER}' resource for sampler replicas (spot or on-demand"
-            " sampler nodes; see cluster.yaml)"
+            f"'{names.RESOURCE_SAMPLER}' capacity {res.get(names.RESOURCE_SAMPLER, 0):g} is less"
+            f" than one sampler replica needs ({opts.sp_degree}: its SP degree; spot or"
+            " on-demand sampler nodes, see cluster.yaml)"
         )
     if res.get(names.RESOURCE_TRAINER, 0) < opts.num_train_workers:
         missing.append(
@@ -350,14 +357,17 @@ class Controller:
             device=opts.device,
             commit_every=opts.commit_every,
             notice_sources=tuple(opts.notice_sources),
+            sp_degree=opts.sp_degree,
         )
         gpu = opts.device.startswith("cuda")
 
+        d = opts.sp_degree
+
         def sampler_opts(pool: str | None) -> dict[str, Any]:
-            resources: dict[str, float] = {names.RESOURCE_SAMPLER: 1}
+            resources: dict[str, float] = {names.RESOURCE_SAMPLER: d}
             if pool is not None:  # pinned to one kind of node (the local trace replay)
                 resources[pool] = 0.001
-            return {"num_cpus": 1, "num_gpus": 1 if gpu else 0, "resources": resources}
+            return {"num_cpus": 1, "num_gpus": d if gpu else 0, "resources": resources}
 
         def reward():  # on the on-demand side: a spot node's loss must not take it along
             return RewardScorer.options(
@@ -665,6 +675,7 @@ class Controller:
             "train_s": t2 - t1,
             "trainer_update_s": update["train_s"],
             "weights_load_s_max": max(loads, default=0.0),
+            "sp_degree_max": max((r.sp_degree for r in results.values()), default=1),
             "exploration": mode,
             **extra,
             **loss,

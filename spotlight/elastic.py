@@ -128,9 +128,13 @@ def _worker(conn, threads: int) -> None:  # runs in the child process
             for t in state.values():
                 t.share_memory_()
             conn.send({"state": state, "share_s": time.perf_counter() - t0})
-        elif cmd == "adopt":  # weights from a peer: copy out of its shared memory
-            state = {k: v.clone() for k, v in args[0].items()}
+        elif cmd == "adopt":  # weights from a peer or the replica: copy out of shared memory
             policy_cfg = args[1]
+            if module is not None:  # a new version for the group: into the same module
+                module.load_state_dict(args[0])
+                state = module.state_dict()
+            else:
+                state = {k: v.clone() for k, v in args[0].items()}
             conn.send({"adopt_s": time.perf_counter() - t0, "tensors": len(state)})
         elif cmd == "checksum":
             conn.send({"sum": float(sum(float(t.double().sum()) for t in state.values()))})
@@ -259,6 +263,17 @@ class NodeWorkers:
             "share_s": shared["share_s"],
             "adopt_s": adopted["adopt_s"],
         }
+
+    def set_weights(self, state: dict[str, Any], policy: dict[str, Any]) -> float:
+        """Every live worker takes ``state`` (a new weights version) through shared memory;
+        a formed group keeps its SP set-up. Returns the seconds it took."""
+        t0 = time.perf_counter()
+        for t in state.values():
+            t.share_memory_()
+        self.policy = policy
+        wids = list(self.workers)
+        self._call(wids, [("adopt", state, policy)] * len(wids))
+        return time.perf_counter() - t0
 
     def checksum(self, wid: int) -> float:
         return self._call([wid], [("checksum",)])[0]["sum"]

@@ -21,7 +21,13 @@ from spotlight.traces import TraceInjector, load_trace, replay_events
 class LocalSpotCluster:
     """Spot nodes of a ``ray.cluster_utils.Cluster``, by slot (the trace's node numbers)."""
 
-    def __init__(self, head_cpus: int, head_resources: dict[str, float], spot_cpus: int = 1):
+    def __init__(
+        self,
+        head_cpus: int,
+        head_resources: dict[str, float],
+        spot_cpus: int = 1,
+        sampler_per_node: int = 1,
+    ):
         from ray.cluster_utils import Cluster
 
         self.cluster = Cluster(
@@ -33,6 +39,8 @@ class LocalSpotCluster:
             },
         )
         self.spot_cpus = spot_cpus
+        self.sampler_per_node = sampler_per_node
+        """``sampler_gpu`` units per spot node: one replica of that SP degree."""
         self.nodes: dict[int, Any] = {}
 
     @property
@@ -42,7 +50,10 @@ class LocalSpotCluster:
     def add(self, slot: int) -> None:
         self.nodes[slot] = self.cluster.add_node(
             num_cpus=self.spot_cpus,
-            resources={names.RESOURCE_SPOT: 1.0, names.RESOURCE_SAMPLER: 1.0},
+            resources={
+                names.RESOURCE_SPOT: 1.0,
+                names.RESOURCE_SAMPLER: float(self.sampler_per_node),
+            },
         )
 
     def node_id(self, slot: int) -> str:
@@ -61,13 +72,13 @@ class LocalSpotCluster:
         self.cluster.shutdown()
 
 
-def head_resources(num_train_workers: int, spill: bool) -> dict[str, float]:
+def head_resources(num_train_workers: int, spill: bool, sp_degree: int = 1) -> dict[str, float]:
     """The head's virtual resources in trace mode (no ``spot``)."""
     return {
         names.RESOURCE_ON_DEMAND: 1.0,
         names.RESOURCE_CONTROL: 1.0,
         names.RESOURCE_TRAINER: float(num_train_workers),
-        **({names.RESOURCE_SAMPLER: 1.0} if spill else {}),
+        **({names.RESOURCE_SAMPLER: float(sp_degree)} if spill else {}),
     }
 
 

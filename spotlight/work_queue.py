@@ -119,6 +119,8 @@ class ItemResult:
     """Seconds the replica spent on the item (sampling + reward)."""
     resumed_from_step: int = 0
     """The committed step the replica started from (0: from the seed)."""
+    sp_degree: int = 1
+    """Workers (GPUs) the replica sampled the item with (Ulysses SP above 1)."""
     weights_load_s: float = 0.0
     """Seconds the replica spent fetching, verifying and loading the item's weights version
     (0 when it already held it)."""

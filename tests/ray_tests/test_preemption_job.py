@@ -109,6 +109,19 @@ def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path)
     _same_learning(out, plain_run)
 
 
+def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plain_run, tmp_path):
+    from spotlight.controller import run_ray
+
+    out = tmp_path / "sp"
+    run_ray(_cfg(), out, opts=ray_options(num_samplers=1, sp_degree=2))
+    ra, rb = _rows(out), _rows(plain_run)
+    assert all(r["sp_degree_max"] == 2 for r in ra)
+    # SP reorders float sums: equal within tolerance, not bit for bit
+    for a, b in zip(ra, rb, strict=True):
+        assert a["train_reward_mean"] == pytest.approx(b["train_reward_mean"], abs=2e-3)
+        assert a.get("val_reward", 0) == pytest.approx(b.get("val_reward", 0), abs=2e-3)
+
+
 def test_bad_preemption_options_fail_before_ray_starts(tmp_path):
     from spotlight.controller import run_ray
 
