@@ -138,7 +138,9 @@ class SamplerReplica:
             "commits": 0,
             "items_handed_back": 0,
             "items_resumed": 0,
+            "sp_regroups": 0,
         }
+        self.sp_regroup_s: list[float] = []
         self.weights_load_s: list[float] = []
         self.started_at = time.time()
         self._error: str | None = None
@@ -268,12 +270,7 @@ class SamplerReplica:
         header, state = fetch_weights(self._actors.broadcast, version)
         self._policy.load_state_dict(state)
         if self._sp is not None:  # the SP workers take the version through shared memory
-            self._sp.set_weights(
-                {k: v.detach().clone() for k, v in self._policy.state_dict().items()},
-                self.spec.policy,
-            )
-            if not self._sp.groups:
-                self._sp.form([list(self._sp.workers)])
+            self._sp_set_weights()
         self.version = (version, header.sha256)
         self.counters["weights_loads"] += 1
         self.weights_load_s.append(time.perf_counter() - t0)
@@ -322,16 +319,7 @@ class SamplerReplica:
             if self._sp is None:
                 advance(self._policy, trajs, 1, cond)
             else:  # one step on the SP group, which returns the trajectories' states
-                states = self._sp.sample(
-                    self._sp.groups[0],
-                    list(item.prompts),
-                    list(item.seeds),
-                    self.spec.sampler,
-                    item.weights_version,
-                    [t.to_bytes() for t in trajs],
-                    1,
-                )
-                trajs = [Trajectory.from_bytes(b) for b in states]
+                trajs = self._sp_step(item, trajs)
             step = trajs[0].step
             if every and step % every == 0 and not trajs[0].done:
                 state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
@@ -356,6 +344,59 @@ class SamplerReplica:
             weights_load_s=load_s,
             images=None if keep else images,
         )
+
+    def _sp_set_weights(self) -> None:
+        """Give the SP workers the replica's weights (a new version); form the group the first
+        time. A worker that died meanwhile is regrouped away, as in :meth:`_sp_step`."""
+        from spotlight.elastic import WorkerLost
+
+        state = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}
+        while True:
+            try:
+                self._sp.set_weights(state, self.spec.policy)
+                if not self._sp.groups:
+                    self._sp.form([list(self._sp.workers)])
+                return
+            except WorkerLost as e:
+                self._sp_regroup(e.dead)
+
+    def _sp_step(self, item, trajs):
+        """One denoising step on the replica's SP group. When workers die (their GPUs are
+        gone), the survivors are re-formed into the largest valid group, without new processes
+        or a weights reload, and the step is redone from the state before it."""
+        from spotlight.elastic import WorkerLost
+        from spotlight.sampler import Trajectory
+
+        before = [t.to_bytes() for t in trajs]
+        while True:
+            try:
+                states = self._sp.sample(
+                    self._sp.groups[0],
+                    list(item.prompts),
+                    list(item.seeds),
+                    self.spec.sampler,
+                    item.weights_version,
+                    before,
+                    1,
+                )
+                return [Trajectory.from_bytes(b) for b in states]
+            except WorkerLost as e:
+                self._sp_regroup(e.dead)
+
+    def _sp_regroup(self, dead: list[int]) -> None:
+        from spotlight.sp_groups import assign, valid_degrees
+
+        t0 = time.perf_counter()
+        for wid in dead:
+            self._sp.lose(wid)
+        survivors = list(self._sp.workers)
+        if not survivors:
+            raise RuntimeError("every SP worker of this replica died")
+        valid = valid_degrees(self._sp.num_heads)
+        target = max(d for d in valid if d <= len(survivors))
+        self._sp.form(assign(survivors, target, valid))
+        self.counters["sp_regroups"] += 1
+        self.sp_regroup_s.append(time.perf_counter() - t0)
 
 
 def draining_deadlines() -> dict[str, int]:

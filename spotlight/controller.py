@@ -676,6 +676,7 @@ class Controller:
             "trainer_update_s": update["train_s"],
             "weights_load_s_max": max(loads, default=0.0),
             "sp_degree_max": max((r.sp_degree for r in results.values()), default=1),
+            "sp_degree_min": min((r.sp_degree for r in results.values()), default=1),
             "exploration": mode,
             **extra,
             **loss,

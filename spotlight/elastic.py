@@ -24,6 +24,7 @@ Workers talk to the scheduler over pipes; each command returns its timings.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -57,94 +58,146 @@ def _build_policy(policy: dict[str, Any], state: dict, degree: int):
     return module
 
 
-def _worker(conn, threads: int) -> None:  # runs in the child process
+class _Worker:
+    """The state of one worker process and its commands (each returns the reply)."""
+
+    def __init__(self, timeout_s: float):
+        self.state: dict[str, Any] = {}
+        self.policy_cfg: dict[str, Any] = {}
+        self.module = None
+        self.rank = 0
+        self.timeout_s = timeout_s
+
+    def load(self, path: str, policy_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Weights from storage (the cold path)."""
+        from safetensors.torch import load_file
+
+        t0 = time.perf_counter()
+        self.state = {k: v.float() for k, v in load_file(path).items()}
+        self.policy_cfg = policy_cfg or {}
+        heads = None
+        if self.policy_cfg:  # also checks that the weights fit the policy
+            self.module = _build_policy(self.policy_cfg, self.state, 1)
+            heads = self.module.transformer.config.num_attention_heads
+        return {"load_s": time.perf_counter() - t0, "tensors": len(self.state), "heads": heads}
+
+    def form(self, rank: int, world: int, port: int) -> dict[str, Any]:
+        """Join a new group: only the communicator changes (and the module's SP set-up)."""
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        self._leave()
+        t1 = time.perf_counter()
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=self.timeout_s),
+        )
+        t2 = time.perf_counter()
+        check = torch.tensor([float(rank + 1)])
+        dist.all_reduce(check)  # the new group works: sum of 1..world
+        t3 = time.perf_counter()
+        self.rank = rank
+        if self.policy_cfg:
+            self.module = _build_policy(self.policy_cfg, self.state, world)
+        return {
+            "destroy_s": t1 - t0,
+            "init_s": t2 - t1,
+            "check_s": t3 - t2,
+            "policy_s": time.perf_counter() - t3,
+            "sum": float(check.item()),
+            "pid": os.getpid(),
+        }
+
+    def _leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            # a group broken by a dead peer may fail to shut down cleanly: drop it anyway
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    def sample(self, prompts, seeds, sampler, version, resume, steps) -> dict[str, Any]:
+        """Every member runs the same steps; rank 0 returns the trajectories' states."""
+        import torch
+
+        from spotlight.config import SamplerConfig
+        from spotlight.sampler import Trajectory, advance, start_trajectory
+
+        t0 = time.perf_counter()
+        scfg = SamplerConfig(**sampler)
+        if resume:
+            trajs = [Trajectory.from_bytes(b) for b in resume]
+        else:
+            shape = self.module.latent_shape
+            trajs = [
+                start_trajectory(p, sd, shape, scfg, version)
+                for p, sd in zip(prompts, seeds, strict=True)
+            ]
+        with torch.no_grad():
+            advance(self.module, trajs, steps)
+        out = [t.to_bytes() for t in trajs] if self.rank == 0 else None
+        return {"states": out, "sample_s": time.perf_counter() - t0}
+
+    def share(self) -> dict[str, Any]:
+        """Hand our weights to a peer (shared memory, no copy here)."""
+        t0 = time.perf_counter()
+        for t in self.state.values():
+            t.share_memory_()
+        return {"state": self.state, "share_s": time.perf_counter() - t0}
+
+    def adopt(self, state: dict[str, Any], policy_cfg: dict[str, Any]) -> dict[str, Any]:
+        """Weights from a peer or the replica, copied out of shared memory; a formed group's
+        module takes them in place (its SP set-up stays)."""
+        t0 = time.perf_counter()
+        self.policy_cfg = policy_cfg
+        if self.module is not None:
+            self.module.load_state_dict(state)
+            self.state = self.module.state_dict()
+        else:
+            self.state = {k: v.clone() for k, v in state.items()}
+        return {"adopt_s": time.perf_counter() - t0, "tensors": len(self.state)}
+
+    def checksum(self) -> dict[str, Any]:
+        return {"sum": float(sum(float(t.double().sum()) for t in self.state.values()))}
+
+
+def _worker(conn, threads: int, timeout_s: float) -> None:  # runs in the child process
+    """Serve the scheduler's commands until ``exit``. A command that fails (for example a
+    collective whose peer died: gloo gives up after ``timeout_s``) answers ``{"error": ...}``
+    and the worker lives on, ready to join a new group."""
     import torch
-    import torch.distributed as dist
-    from safetensors.torch import load_file
 
     torch.set_num_threads(threads)
-    state: dict[str, torch.Tensor] = {}
-    policy_cfg: dict[str, Any] = {}
-    module = None
-    rank = 0
+    w = _Worker(timeout_s)
     conn.send({"ready": True})
     while True:
         cmd, *args = conn.recv()
-        t0 = time.perf_counter()
-        if cmd == "load":  # from storage (the cold path)
-            state = {k: v.float() for k, v in load_file(args[0]).items()}
-            policy_cfg = args[1] if len(args) > 1 else {}
-            heads = None
-            if policy_cfg:  # also checks that the weights fit the policy
-                module = _build_policy(policy_cfg, state, 1)
-                heads = module.transformer.config.num_attention_heads
-            conn.send({"load_s": time.perf_counter() - t0, "tensors": len(state), "heads": heads})
-        elif cmd == "form":  # join a new group: only the communicator changes
-            rank, world, port = args
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            t1 = time.perf_counter()
-            dist.init_process_group(
-                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-            )
-            t2 = time.perf_counter()
-            check = torch.tensor([float(rank + 1)])
-            dist.all_reduce(check)  # the new group works: sum of 1..world
-            t3 = time.perf_counter()
-            module = _build_policy(policy_cfg, state, world) if policy_cfg else None
-            conn.send(
-                {
-                    "destroy_s": t1 - t0,
-                    "init_s": t2 - t1,
-                    "check_s": t3 - t2,
-                    "policy_s": time.perf_counter() - t3,
-                    "sum": float(check.item()),
-                    "pid": os.getpid(),
-                }
-            )
-        elif cmd == "sample":  # every member runs the same steps; rank 0 returns the state
-            from spotlight.config import SamplerConfig
-            from spotlight.sampler import Trajectory, advance, start_trajectory
-
-            prompts, seeds, sampler, version, resume, steps = args
-            scfg = SamplerConfig(**sampler)
-            if resume:
-                trajs = [Trajectory.from_bytes(b) for b in resume]
-            else:
-                shape = module.latent_shape
-                trajs = [
-                    start_trajectory(p, sd, shape, scfg, version)
-                    for p, sd in zip(prompts, seeds, strict=True)
-                ]
-            with torch.no_grad():
-                advance(module, trajs, steps)
-            out = [t.to_bytes() for t in trajs] if rank == 0 else None
-            conn.send({"states": out, "sample_s": time.perf_counter() - t0})
-        elif cmd == "leave":
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            conn.send({"destroy_s": time.perf_counter() - t0})
-        elif cmd == "share":  # hand our weights to a peer (shared memory, no copy here)
-            for t in state.values():
-                t.share_memory_()
-            conn.send({"state": state, "share_s": time.perf_counter() - t0})
-        elif cmd == "adopt":  # weights from a peer or the replica: copy out of shared memory
-            policy_cfg = args[1]
-            if module is not None:  # a new version for the group: into the same module
-                module.load_state_dict(args[0])
-                state = module.state_dict()
-            else:
-                state = {k: v.clone() for k, v in args[0].items()}
-            conn.send({"adopt_s": time.perf_counter() - t0, "tensors": len(state)})
-        elif cmd == "checksum":
-            conn.send({"sum": float(sum(float(t.double().sum()) for t in state.values()))})
-        elif cmd == "exit":
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        if cmd == "exit":
+            w._leave()
             conn.send({})
             return
-        else:
-            conn.send({"error": f"unknown command {cmd!r}"})
+        method = getattr(w, cmd, None) if not cmd.startswith("_") else None
+        try:
+            if method is None:
+                raise ValueError(f"unknown command {cmd!r}")
+            reply = method(*args)
+        except Exception as e:  # reported to the scheduler; the worker lives on
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        conn.send(reply)
+
+
+class WorkerLost(RuntimeError):
+    """Workers died (their GPU is gone); ``dead`` names them."""
+
+    def __init__(self, dead: list[int]):
+        super().__init__(f"worker(s) {dead} died")
+        self.dead = dead
 
 
 @dataclass
@@ -156,12 +209,14 @@ class _Handle:
 class NodeWorkers:
     """The node's SP workers (see the module docstring)."""
 
-    def __init__(self, n: int, threads: int = 1):
+    def __init__(self, n: int, threads: int = 1, timeout_s: float = 10.0):
         if n < 1:
             raise ValueError(f"need at least one worker, got {n}")
         self._ctx = mp.get_context("spawn")
         self.workers: dict[int, _Handle] = {}
         self.threads = threads
+        self.timeout_s = timeout_s
+        """How long a collective waits for a peer before the survivors give up."""
         self.groups: list[list[int]] = []
         self.policy: dict[str, Any] = {}
         self.num_heads: int | None = None
@@ -175,7 +230,9 @@ class NodeWorkers:
             if wid in self.workers:
                 raise ValueError(f"worker {wid} is already running")
             parent, child = self._ctx.Pipe()
-            proc = self._ctx.Process(target=_worker, args=(child, self.threads), daemon=True)
+            proc = self._ctx.Process(
+                target=_worker, args=(child, self.threads, self.timeout_s), daemon=True
+            )
             proc.start()
             pending.append((wid, proc, parent))
         out = []
@@ -186,9 +243,27 @@ class NodeWorkers:
         return out
 
     def _call(self, wids: list[int], msgs: list[tuple]) -> list[dict[str, Any]]:
+        """Send each worker its message, then collect every reply (so the pipes stay in step
+        even when some fail). Raises :class:`WorkerLost` when workers died, else
+        ``RuntimeError`` for a command that failed."""
+        dead, out = [], []
         for wid, msg in zip(wids, msgs, strict=True):
-            self.workers[wid].conn.send(msg)
-        out = [self.workers[wid].conn.recv() for wid in wids]
+            try:
+                self.workers[wid].conn.send(msg)
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                dead.append(wid)
+        for wid in wids:
+            if wid in dead:
+                out.append({"error": "dead"})
+                continue
+            try:
+                out.append(self.workers[wid].conn.recv())
+            except (EOFError, ConnectionResetError, OSError):
+                dead.append(wid)
+                out.append({"error": "dead"})
+        dead += [w for w in wids if w not in dead and not self.workers[w].proc.is_alive()]
+        if dead:
+            raise WorkerLost(sorted(set(dead)))
         for wid, reply in zip(wids, out, strict=True):
             if "error" in reply:
                 raise RuntimeError(f"worker {wid}: {reply['error']}")
