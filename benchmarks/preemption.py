@@ -242,7 +242,13 @@ def part_notice(repeats: int = 5) -> dict:
     from spotlight.actors.handles import ensure_actors, kill_actors
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.config import SamplerConfig
-    from spotlight.deployments.sampler import ReplicaSpec, RewardScorer, SamplerReplica, drain_node
+    from spotlight.deployments.sampler import (
+        ReplicaSpec,
+        SamplerReplica,
+        drain_node,
+        replica_actor_options,
+        reward_scorer,
+    )
     from spotlight.local_cluster import head_resources
     from spotlight.policies import make_policy
     from spotlight.recipes import get_recipe
@@ -281,15 +287,10 @@ def part_notice(repeats: int = 5) -> dict:
         spec = ReplicaSpec(
             policy=dataclasses.asdict(cfg.policy), sampler=dataclasses.asdict(sampler)
         )
-        reward = RewardScorer.options(
-            ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-        ).bind(cfg.reward)
+        reward = reward_scorer(cfg.reward)
         app = SamplerReplica.options(
             num_replicas=2,
-            ray_actor_options={
-                "num_cpus": 1,
-                "resources": {names.RESOURCE_SAMPLER: 1, names.RESOURCE_SPOT: 0.001},
-            },
+            ray_actor_options=replica_actor_options(names.RESOURCE_SPOT),
         ).bind(spec, reward)
         serve.run(app, name="notice-bench", route_prefix=None)
         ray.get(

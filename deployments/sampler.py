@@ -81,6 +81,29 @@ def node_pool() -> str:
     return "on_demand"
 
 
+def replica_actor_options(
+    pool: str | None = None, sp_degree: int = 1, gpu: bool = False
+) -> dict[str, Any]:
+    """Ray actor options of a sampler replica: ``sp_degree`` units of ``sampler_gpu`` (and as
+    many GPUs on a cluster), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
+    from spotlight.actors import names
+
+    resources: dict[str, float] = {names.RESOURCE_SAMPLER: sp_degree}
+    if pool is not None:
+        resources[pool] = 0.001
+    return {"num_cpus": 1, "num_gpus": sp_degree if gpu else 0, "resources": resources}
+
+
+def reward_scorer(reward: str, threads: int = 1):
+    """The bound reward deployment, on the on-demand side: losing a spot node must not take the
+    scorer every replica calls along with it."""
+    from spotlight.actors import names
+
+    return RewardScorer.options(
+        ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
+    ).bind(reward, threads)
+
+
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1})
 class RewardScorer:
     """Scores images with a named reward (``spotlight.rewards``)."""

@@ -347,7 +347,12 @@ class Controller:
         from ray import serve
 
         from spotlight.actors import names
-        from spotlight.deployments.sampler import ReplicaSpec, RewardScorer, SamplerReplica
+        from spotlight.deployments.sampler import (
+            ReplicaSpec,
+            SamplerReplica,
+            replica_actor_options,
+            reward_scorer,
+        )
 
         cfg, opts = self.cfg, self.opts
         spec = ReplicaSpec(
@@ -361,18 +366,11 @@ class Controller:
         )
         gpu = opts.device.startswith("cuda")
 
-        d = opts.sp_degree
+        def sampler_opts(pool: str | None) -> dict[str, Any]:  # pool: the local trace replay
+            return replica_actor_options(pool, opts.sp_degree, gpu)
 
-        def sampler_opts(pool: str | None) -> dict[str, Any]:
-            resources: dict[str, float] = {names.RESOURCE_SAMPLER: d}
-            if pool is not None:  # pinned to one kind of node (the local trace replay)
-                resources[pool] = 0.001
-            return {"num_cpus": 1, "num_gpus": d if gpu else 0, "resources": resources}
-
-        def reward():  # on the on-demand side: a spot node's loss must not take it along
-            return RewardScorer.options(
-                ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-            ).bind(cfg.reward, opts.threads_per_worker)
+        def reward():
+            return reward_scorer(cfg.reward, opts.threads_per_worker)
 
         trace = self.injector is not None
         apps = {

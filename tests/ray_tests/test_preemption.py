@@ -93,9 +93,10 @@ def test_items_survive_a_notice_a_hard_kill_and_a_node_coming_back(spot_cluster)
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.deployments.sampler import (
         ReplicaSpec,
-        RewardScorer,
         SamplerReplica,
         drain_node,
+        replica_actor_options,
+        reward_scorer,
     )
     from spotlight.rewards import build_reward
     from spotlight.sampler import Trajectory, sample
@@ -116,15 +117,10 @@ def test_items_survive_a_notice_a_hard_kill_and_a_node_coming_back(spot_cluster)
         heartbeat_s=0.5,
         notice_poll_s=0.1,
     )
-    reward = RewardScorer.options(
-        ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-    ).bind(cfg.reward)
+    reward = reward_scorer(cfg.reward)
     app = SamplerReplica.options(
         num_replicas=2,
-        ray_actor_options={
-            "num_cpus": 1,
-            "resources": {names.RESOURCE_SAMPLER: 1, names.RESOURCE_SPOT: 0.001},
-        },
+        ray_actor_options=replica_actor_options(names.RESOURCE_SPOT),
         health_check_period_s=1,
     ).bind(spec, reward)
     serve.run(app, name="preemption-test", route_prefix=None)
