@@ -175,7 +175,6 @@ class Simulation:
         self.lost_starting = 0  # starting GPUs preempted before they were ready
         self.leases_expired = 0
         self.queue.open_run(f"sim-{system.name}")
-        self._committed: dict[str, int] = {}
         self._orphans: list[WorkItem] = []
         self.planner = Planner(
             ExplorationConfig(
