@@ -323,8 +323,10 @@ class SamplerReplica:
                 for p, s in zip(item.prompts, item.seeds, strict=True)
             ]
         start_step = trajs[0].step
-        with torch.no_grad():
-            cond = self._policy.encode_prompts(list(item.prompts))
+        cond = None
+        if self._sp is None:  # (SP workers encode the prompts themselves)
+            with torch.no_grad():
+                cond = self._policy.encode_prompts(list(item.prompts))
         every = self.spec.commit_every
         while not trajs[0].done:
             if self._stop.is_set():  # notice or graceful stop: commit here, hand the item back
