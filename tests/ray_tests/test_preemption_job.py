@@ -73,34 +73,48 @@ def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_ru
     _same_learning(out, plain_run)
 
 
+def _strike_mid_run(out, strike) -> tuple[threading.Thread, threading.Event]:
+    """A thread that, once the run in ``out`` has finished its first iteration, calls
+    ``strike(actors)`` every 0.2 s until it returns True (the fault was injected)."""
+    import ray
+
+    done = threading.Event()
+
+    def loop():
+        from spotlight.actors.handles import get_actors
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not done.is_set():
+            time.sleep(0.2)
+            # no Ray call before the run's own ray.init: it would start a Ray of its own
+            if not ray.is_initialized() or not (out / "metrics.jsonl").exists():
+                continue
+            try:
+                if strike(get_actors()):
+                    done.set()
+            except Exception:  # Ray or the actors not up yet
+                continue
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread, done
+
+
 def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path):
     import ray
 
     from spotlight.controller import run_ray
 
     out = tmp_path / "restart"
-    killed = threading.Event()
 
-    def kill_the_queue_once_items_flow():
-        from spotlight.actors.handles import get_actors
+    def kill_the_queue_once_items_flow(actors) -> bool:
+        stats = ray.get(actors.queue.stats.remote())
+        if not stats["results"] + stats["leased"]:  # items in flight or done
+            return False
+        ray.kill(actors.queue, no_restart=False)
+        return True
 
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not killed.is_set():
-            time.sleep(0.2)
-            if not ray.is_initialized():  # a Ray call here would start a Ray of its own
-                continue
-            try:
-                q = get_actors().queue
-                stats = ray.get(q.stats.remote())
-                # mid-run (after the first iteration), with items in flight or done
-                if stats["results"] + stats["leased"] and (out / "metrics.jsonl").exists():
-                    ray.kill(q, no_restart=False)
-                    killed.set()
-            except Exception:  # Ray or the actors not up yet
-                continue
-
-    killer = threading.Thread(target=kill_the_queue_once_items_flow, daemon=True)
-    killer.start()
+    killer, killed = _strike_mid_run(out, kill_the_queue_once_items_flow)
     summary = run_ray(_cfg(), out, opts=ray_options(lease_s=5.0))
     killer.join(timeout=5)
     assert killed.is_set()
@@ -118,34 +132,21 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plai
     from spotlight.controller import run_ray
 
     out = tmp_path / "sp"
-    killed = threading.Event()
 
-    def kill_one_sp_worker_mid_run():
-        from spotlight.actors.handles import get_actors
+    def kill_one_sp_worker(actors) -> bool:
+        for lease in ray.get(actors.queue.leased.remote()):
+            replica_pid = int(lease["worker_id"].rsplit(":", 1)[1])
+            workers = [
+                c
+                for c in psutil.Process(replica_pid).children()
+                if "spawn_main" in " ".join(c.cmdline())
+            ]
+            if len(workers) == 2:
+                workers[1].kill()
+                return True
+        return False
 
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not killed.is_set():
-            time.sleep(0.2)
-            if not ray.is_initialized() or not (out / "metrics.jsonl").exists():
-                continue  # after the first iteration
-            try:
-                leased = ray.get(get_actors().queue.leased.remote())
-            except Exception:
-                continue
-            for lease in leased:
-                replica_pid = int(lease["worker_id"].rsplit(":", 1)[1])
-                workers = [
-                    c
-                    for c in psutil.Process(replica_pid).children()
-                    if "spawn_main" in " ".join(c.cmdline())
-                ]
-                if len(workers) == 2:
-                    workers[1].kill()
-                    killed.set()
-                    return
-
-    killer = threading.Thread(target=kill_one_sp_worker_mid_run, daemon=True)
-    killer.start()
+    killer, killed = _strike_mid_run(out, kill_one_sp_worker)
     run_ray(_cfg(), out, opts=ray_options(num_samplers=1, sp_degree=2))
     killer.join(timeout=5)
     assert killed.is_set()
