@@ -322,8 +322,7 @@ class Controller:
             bandit_path=str((self.out_dir / BANDIT_FILE).resolve()), lease_s=self.opts.lease_s
         )
         self.run_id = run_id_of(self.out_dir, self.cfg)
-        kept = ray.get(self.actors.queue.open_run.remote(self.run_id))
-        ray.get(self.actors.queue.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
+        kept = self._open_queue()
         ray.get(self.actors.queue.clear_mailbox.remote())
         ray.get(self.actors.broadcast.clear.remote())
         ray.get(self.actors.queue.cancel.remote())
@@ -521,12 +520,21 @@ class Controller:
                 time.sleep(1.0)
         raise AssertionError("unreachable")
 
+    def _open_queue(self) -> bool:
+        """Attach the queue to this run with the run's lease and spill policy; True when it
+        kept the run's earlier state."""
+        import ray
+
+        q = self.actors.queue
+        kept = ray.get(q.open_run.remote(self.run_id))
+        ray.get(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
+        return kept
+
     def _reopen_queue(self) -> None:
         import ray
 
         q = self.actors.queue
-        ray.get(q.open_run.remote(self.run_id))
-        ray.get(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
+        self._open_queue()
         outstanding = list(self._outstanding.values())
         ray.get(q.submit.remote(outstanding))
         if self._posted is not None:  # the training batch the trainer may still wait for
