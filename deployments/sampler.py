@@ -25,6 +25,7 @@ current step, hands the items back and idles until its node goes. A graceful sto
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,8 @@ import ray
 from ray import serve
 
 from spotlight.actors.names import RESOURCE_SPOT
+
+logger = logging.getLogger("ray.serve")
 
 
 @dataclass
@@ -162,8 +165,13 @@ class SamplerReplica:
             "items_handed_back": 0,
             "items_resumed": 0,
             "sp_regroups": 0,
+            "sp_regrowths": 0,
+            "sp_regrow_failures": 0,
         }
         self.sp_regroup_s: list[float] = []
+        self.sp_regrow_s: list[float] = []
+        self._sp_lost: list[int] = []
+        """SP workers lost since the last regrow: replaced at the next item's start."""
         self.weights_load_s: list[float] = []
         self.started_at = time.time()
         self._error: str | None = None
@@ -189,6 +197,8 @@ class SamplerReplica:
             "started_at": self.started_at,
             "error": self._error,
             "weights_load_s": list(self.weights_load_s),
+            "sp_regroup_s": list(self.sp_regroup_s),
+            "sp_regrow_s": list(self.sp_regrow_s),
             "node_id": self.node_id,
             "notice": self.notice,
             **self.counters,
@@ -311,6 +321,8 @@ class SamplerReplica:
         t0 = time.perf_counter()
         loads = self.counters["weights_loads"]
         self._ensure_version(item.weights_version)
+        if self._sp_lost:
+            self._sp_regrow()
         load_s = self.weights_load_s[-1] if self.counters["weights_loads"] > loads else 0.0
         if item.resume is not None:
             trajs = [Trajectory.from_bytes(b) for b in item.resume.trajectories]
@@ -386,25 +398,31 @@ class SamplerReplica:
                 self._sp_regroup(e.dead)
 
     def _sp_step(self, item, trajs):
-        """One denoising step on the replica's SP group. When workers die (their GPUs are
-        gone), the survivors are re-formed into the largest valid group, without new processes
-        or a weights reload, and the step is redone from the state before it."""
+        """One denoising step on the replica's SP groups: one group normally; after a loss,
+        every group the survivors form (say 2 + 1), each taking a share of the item's samples
+        (``split_work``). When workers die (their GPUs are gone), the survivors are re-formed
+        without new processes or a weights reload, and the step is redone from the state
+        before it."""
         from spotlight.elastic import WorkerLost
         from spotlight.sampler import Trajectory
+        from spotlight.sp_groups import split_work
 
         before = [t.to_bytes() for t in trajs]
         while True:
+            groups = self._sp.groups
+            counts = split_work(len(before), [len(g) for g in groups])
+            used, parts, lo = [], [], 0
+            for group, n in zip(groups, counts, strict=True):
+                if n:
+                    sl = slice(lo, lo + n)
+                    used.append(group)
+                    parts.append((list(item.prompts[sl]), list(item.seeds[sl]), before[sl]))
+                    lo += n
             try:
-                states = self._sp.sample(
-                    self._sp.groups[0],
-                    list(item.prompts),
-                    list(item.seeds),
-                    self.spec.sampler,
-                    item.weights_version,
-                    before,
-                    1,
+                states = self._sp.sample_groups(
+                    used, parts, self.spec.sampler, item.weights_version, 1
                 )
-                return [Trajectory.from_bytes(b) for b in states]
+                return [Trajectory.from_bytes(b) for part in states for b in part]
             except WorkerLost as e:
                 self._sp_regroup(e.dead)
 
@@ -414,6 +432,7 @@ class SamplerReplica:
         t0 = time.perf_counter()
         for wid in dead:
             self._sp.lose(wid)
+            self._sp_lost.append(wid)
         survivors = list(self._sp.workers)
         if not survivors:
             raise RuntimeError("every SP worker of this replica died")
@@ -422,6 +441,36 @@ class SamplerReplica:
         self._sp.form(assign(survivors, target, valid))
         self.counters["sp_regroups"] += 1
         self.sp_regroup_s.append(time.perf_counter() - t0)
+
+    def _sp_regrow(self) -> None:
+        """Replace the SP workers lost since the last item: new processes that take the weights
+        from a surviving peer through shared memory (no storage read), then one group of the
+        replica's full degree again. Tried once per loss: a worker that cannot start (its GPU
+        is really gone) is given up, and the replica carries on with the groups it has."""
+        from spotlight.elastic import WorkerLost
+        from spotlight.sp_groups import assign, valid_degrees
+
+        t0 = time.perf_counter()
+        lost, self._sp_lost = sorted(self._sp_lost), []
+        try:
+            self._sp.join(lost, peer=next(iter(self._sp.workers)))
+            members = sorted(self._sp.workers)
+            self._sp.form(assign(members, self.spec.sp_degree, valid_degrees(self._sp.num_heads)))
+        except WorkerLost as e:  # a worker died meanwhile: regroup what is left, give up
+            self._sp_regroup(e.dead)
+            self._sp_lost = []
+            self.counters["sp_regrow_failures"] += 1
+            return
+        except Exception:
+            logger.warning("SP workers %s could not be replaced:\n%s", lost, traceback.format_exc())
+            for wid in lost:
+                if wid in self._sp.workers:
+                    self._sp.lose(wid)
+            self._sp_regroup([])
+            self.counters["sp_regrow_failures"] += 1
+            return
+        self.counters["sp_regrowths"] += 1
+        self.sp_regrow_s.append(time.perf_counter() - t0)
 
 
 def draining_deadlines() -> dict[str, int]:

@@ -291,9 +291,27 @@ class NodeWorkers:
     ) -> list[bytes]:
         """The group samples (or continues from ``resume``) ``steps`` steps (default: to the
         end) with Ulysses SP over its members; returns the trajectories' states."""
-        msg = ("sample", prompts, seeds, sampler, version, resume, steps)
-        replies = self._call(group, [msg] * len(group))
-        return replies[0]["states"]
+        return self.sample_groups([group], [(prompts, seeds, resume)], sampler, version, steps)[0]
+
+    def sample_groups(
+        self,
+        groups: list[list[int]],
+        parts: list[tuple[list[str], list[int], list[bytes] | None]],
+        sampler: dict[str, Any],
+        version: int = 0,
+        steps: int | None = None,
+    ) -> list[list[bytes]]:
+        """Each group samples its own part ``(prompts, seeds, resume)`` at the same time (the
+        groups are data parallel; within a group, Ulysses SP); returns each part's states."""
+        if len(groups) != len(parts):
+            raise ValueError(f"{len(groups)} groups but {len(parts)} parts")
+        wids, msgs = [], []
+        for group, (prompts, seeds, resume) in zip(groups, parts, strict=True):
+            msg = ("sample", prompts, seeds, sampler, version, resume, steps)
+            wids += group
+            msgs += [msg] * len(group)
+        replies = dict(zip(wids, self._call(wids, msgs), strict=True))
+        return [replies[group[0]]["states"] for group in groups]
 
     def form(self, groups: list[list[int]]) -> dict[str, Any]:
         """Re-form the live workers into ``groups`` (lists of worker ids; every group its own
@@ -337,6 +355,21 @@ class NodeWorkers:
             "wall_s": time.perf_counter() - t0,
             "share_s": shared["share_s"],
             "adopt_s": adopted["adopt_s"],
+        }
+
+    def join(self, wids: list[int], peer: int) -> dict[str, float]:
+        """New workers ``wids`` start (new processes) and take their weights from ``peer``
+        through shared memory, not from storage; form a group with them afterwards."""
+        if peer not in self.workers:
+            raise ValueError(f"peer {peer} is not a live worker")
+        t0 = time.perf_counter()
+        self.start(*wids)
+        t1 = time.perf_counter()
+        copies = [self.copy_weights(peer, wid) for wid in wids]
+        return {
+            "wall_s": time.perf_counter() - t0,
+            "spawn_s": t1 - t0,
+            "copy_s": sum(c["wall_s"] for c in copies),
         }
 
     def set_weights(self, state: dict[str, Any], policy: dict[str, Any]) -> float:

@@ -51,3 +51,22 @@ def assign(members: list[int], target: int, valid: tuple[int, ...]) -> list[list
         out.append(members[k : k + size])
         k += size
     return out
+
+
+def split_work(num_samples: int, group_sizes: list[int]) -> list[int]:
+    """How many of an item's ``num_samples`` samples each SP group takes when the groups share
+    it (data parallel over groups): in proportion to the group sizes, remainders to the larger
+    groups first, then to the earlier ones (10 samples over 2 + 1 + 1 -> [5, 3, 2])."""
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    if not group_sizes or min(group_sizes) < 1:
+        raise ValueError(f"group sizes must be >= 1, got {group_sizes}")
+    total = sum(group_sizes)
+    counts = [num_samples * g // total for g in group_sizes]
+    order = sorted(
+        range(len(group_sizes)),
+        key=lambda i: (-(num_samples * group_sizes[i] % total), -group_sizes[i], i),
+    )
+    for i in order[: num_samples - sum(counts)]:
+        counts[i] += 1
+    return counts

@@ -102,11 +102,22 @@ def test_items_in_flight_survive_a_regroup_and_match_one_process():
         assert nw.groups == [[0, 1], [2]]
         on_two = nw.sample([0, 1], PROMPTS, SEEDS, smp, 0, half, None)  # resumed on SP 2
         on_one = nw.sample([2], PROMPTS, SEEDS, smp, 0, half, None)  # and, apart, on 1 worker
+        # both groups at once, each with one of the item's samples (data parallel over groups)
+        parts = [(PROMPTS[:1], SEEDS[:1], half[:1]), (PROMPTS[1:], SEEDS[1:], half[1:])]
+        shared = [b for part in nw.sample_groups([[0, 1], [2]], parts, smp, 0, None) for b in part]
+        # a replacement joins with weights from a peer; the group is whole again
+        before = dict(zip(nw.workers, nw.pids(), strict=True))
+        joined = nw.join([3], peer=0)
+        assert joined["copy_s"] > 0 and nw.checksum(3) == nw.checksum(0)
+        nw.form([[0, 1, 2, 3]])
+        after = dict(zip(nw.workers, nw.pids(), strict=True))
+        assert {w: after[w] for w in before} == before and after[3] not in before.values()
+        regrown = nw.sample([0, 1, 2, 3], PROMPTS, SEEDS, smp, 0, half, None)
     finally:
         nw.shutdown()
     torch.set_num_threads(1)
     ref = sample(make_policy(cfg.policy, "cpu"), PROMPTS, SEEDS, cfg.sampler, 0)
-    for states in (on_two, on_one):
+    for states in (on_two, on_one, shared, regrown):
         got = [Trajectory.from_bytes(b) for b in states]
         for a, b in zip(got, ref, strict=True):
             assert a.step == b.step == cfg.sampler.num_steps

@@ -11,7 +11,7 @@ import pytest
 from spotlight.costs import PriceTable
 from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Overheads, Scenario, StepCosts
 from spotlight.simulator import Simulation
-from spotlight.sp_groups import assign, check_degree, form_groups, valid_degrees
+from spotlight.sp_groups import assign, check_degree, form_groups, split_work, valid_degrees
 from spotlight.traces import TRACES_DIR, CapacityTrace, load_trace
 
 SMALL = SCENARIOS["small"]
@@ -32,6 +32,24 @@ def test_form_groups():
     check_degree(4, 24)
     with pytest.raises(ValueError, match="does not divide the model's 24 attention heads"):
         check_degree(5, 24)
+
+
+def test_split_work_shares_an_item_in_proportion_to_group_sizes():
+    import random
+
+    assert split_work(10, [2, 1, 1]) == [5, 3, 2]
+    assert split_work(8, [4]) == [8]
+    assert split_work(3, [1, 1, 1, 1]) == [1, 1, 1, 0]
+    rng = random.Random(0)
+    for _ in range(500):
+        sizes = [rng.choice([1, 2, 3, 4, 6]) for _ in range(rng.randint(1, 5))]
+        n = rng.randint(0, 40)
+        counts = split_work(n, sizes)
+        assert sum(counts) == n and min(counts) >= 0
+        for c, g in zip(counts, sizes, strict=True):  # within one sample of the exact share
+            assert abs(c - n * g / sum(sizes)) < 1
+    with pytest.raises(ValueError, match="group sizes"):
+        split_work(4, [2, 0])
 
 
 def test_step_costs_come_from_the_calibration_file():
