@@ -9,16 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from spotlight.config import Config
+from spotlight.config import Config, apply_overrides
 from spotlight.costs import PriceTable
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
 
 
 def _train(args: argparse.Namespace) -> int:
     if args.resume is not None:
+        if args.set:
+            raise ValueError("--set cannot change a resumed run: it continues with its config.json")
         cfg = _resumed_config(Path(args.resume), args.recipe)
     else:
-        cfg = get_recipe(args.recipe or DEFAULT_RECIPE)
+        cfg = apply_overrides(get_recipe(args.recipe or DEFAULT_RECIPE), args.set)
     if args.iterations is not None:
         cfg = dataclasses.replace(cfg, num_iterations=args.iterations)
     if args.checkpoint is not None:
@@ -204,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"named config (default {DEFAULT_RECIPE}; with --resume, the run's)",
     )
     train.add_argument("--iterations", type=int, help="override the recipe's iteration count")
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set grpo.learning_rate=3e-5 (repeatable; the"
+        " fields are in spotlight/config.py)",
+    )
     train.add_argument("--out", help="output folder (default runs/<recipe>-<time>)")
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--checkpoint", help="policy checkpoint / model folder to start from")

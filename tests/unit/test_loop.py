@@ -102,6 +102,31 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert "no config.json" in capsys.readouterr().err
 
 
+def test_set_overrides_recipe_fields_and_refuses_bad_ones(tmp_path, capsys):
+    from spotlight.config import apply_overrides
+
+    out = tmp_path / "s"
+    args = ["train", "--recipe", "tiny-smoke", "--runner", "local", "--out", str(out)]
+    sets = ["--set", "grpo.learning_rate=2e-3", "--set", "num_iterations=1", "--set", "task=none"]
+    assert main(args + sets) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["grpo"]["learning_rate"] == 2e-3 and cfg["num_iterations"] == 1
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+    assert main(["train", "--resume", str(out), "--set", "seed=1"]) == 2
+    assert "cannot change a resumed run" in capsys.readouterr().err
+    for bad, match in [
+        ("grpo.lr=1", "no field 'lr'; its fields: adv_clip"),
+        ("grpo=1", "is a section"),
+        ("num_iterations=ten", "not a valid int"),
+        ("exploration.uniform=maybe", "not a valid bool"),
+        ("seed", "expected KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            apply_overrides(FAST, [bad])
+    assert main(args + ["--set", "grpo.group_size=1"]) == 2  # validated like any config
+    assert "group_size must be >= 2" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [
