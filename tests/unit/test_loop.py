@@ -123,7 +123,7 @@ def test_set_overrides_recipe_fields_and_refuses_bad_ones(tmp_path, capsys):
     ]:
         with pytest.raises(ValueError, match=match):
             apply_overrides(FAST, [bad])
-    assert main(args + ["--set", "grpo.group_size=1"]) == 2  # validated like any config
+    assert main([*args, "--set", "grpo.group_size=1"]) == 2  # validated like any config
     assert "group_size must be >= 2" in capsys.readouterr().err
 
 
