@@ -9,10 +9,12 @@ denoising steps, no clipping, no optimizer step). Two batches' gradients are
 
     E[g_i . g_j] = |mu|^2   (i != j),      E|g_i|^2 = |mu|^2 + s^2 / n,
 
-where ``n`` is the batch size and ``s^2`` the per-sample noise. The script estimates both, the
-expected cosine at batch size ``n`` (``|mu|^2 / (|mu|^2 + s^2/n)``), and the batch size at which
-the cosine would reach 0.5 (``n s^2/n / |mu|^2``). A control recomputes each gradient with the
-batch's advantages shuffled at random (no signal by construction).
+where ``n`` is the batch size and ``s^2`` the per-sample noise. The script estimates both from
+the mean pairwise dot product and the mean squared norm: the share of a batch gradient that is
+signal (``|mu|^2 / E|g|^2``, about the expected cosine of two batches) and the batch size at
+which the cosine would reach 0.5 (``s^2 / |mu|^2``). A control recomputes each gradient with the
+batch's advantages shuffled at random (no signal by construction): its scatter is the noise
+of the estimate. Results and what they mean: docs/tasks.md, "RL: does GRPO raise the reward?".
 Writes ``grpo_signal-<recipe>.json``.
 """
 
