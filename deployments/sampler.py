@@ -70,8 +70,11 @@ class ReplicaSpec:
     drain_margin_s: float = 10.0
     """A cloud notice drains the node this long before the cloud's deadline."""
     sp_degree: int = 1
-    """Workers (GPUs) per replica: above 1 the replica samples with Ulysses SP over that many
-    worker processes it owns (spotlight/elastic.py)."""
+    """SP group size: above 1 a sample is split over that many worker processes with Ulysses
+    SP (spotlight/elastic.py)."""
+    sp_workers: int = 1
+    """Worker processes (GPUs) the replica owns, grouped into SP groups of ``sp_degree``
+    that share each item's samples; 1: the replica samples in its own process."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -85,16 +88,16 @@ def node_pool() -> str:
 
 
 def replica_actor_options(
-    pool: str | None = None, sp_degree: int = 1, gpu: bool = False
+    pool: str | None = None, workers: int = 1, gpu: bool = False
 ) -> dict[str, Any]:
-    """Ray actor options of a sampler replica: ``sp_degree`` units of ``sampler_gpu`` (and as
+    """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and as
     many GPUs on a cluster), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
     from spotlight.actors import names
 
-    resources: dict[str, float] = {names.RESOURCE_SAMPLER: sp_degree}
+    resources: dict[str, float] = {names.RESOURCE_SAMPLER: workers}
     if pool is not None:
         resources[pool] = 0.001
-    return {"num_cpus": 1, "num_gpus": sp_degree if gpu else 0, "resources": resources}
+    return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
 
 
 def reward_scorer(reward: str, threads: int = 1):
@@ -140,13 +143,13 @@ class SamplerReplica:
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
         self._sp = None
-        if spec.sp_degree > 1:  # the replica's SP workers: its own processes, one per GPU
+        if max(spec.sp_workers, spec.sp_degree) > 1:  # its own worker processes, one per GPU
             from spotlight.elastic import NodeWorkers
             from spotlight.sp_groups import check_degree
 
             heads = self._policy.transformer.config.num_attention_heads
             check_degree(spec.sp_degree, heads)
-            self._sp = NodeWorkers(spec.sp_degree, spec.threads)
+            self._sp = NodeWorkers(max(spec.sp_workers, spec.sp_degree), spec.threads)
             self._sp.num_heads = heads
         self._reward = reward_handle
         self._actors = get_actors()
@@ -392,7 +395,7 @@ class SamplerReplica:
             try:
                 self._sp.set_weights(state, self.spec.policy)
                 if not self._sp.groups:
-                    self._sp.form([list(self._sp.workers)])
+                    self._sp.form(self._sp_shape(list(self._sp.workers)))
                 return
             except WorkerLost as e:
                 self._sp_regroup(e.dead)
@@ -426,9 +429,16 @@ class SamplerReplica:
             except WorkerLost as e:
                 self._sp_regroup(e.dead)
 
-    def _sp_regroup(self, dead: list[int]) -> None:
+    def _sp_shape(self, members: list[int]) -> list[list[int]]:
+        """Groups of the replica's SP degree, the rest in the largest valid smaller ones (a
+        4-head model: 8 workers at SP 4 -> 4 + 4, 7 -> 4 + 2 + 1, 3 -> 2 + 1)."""
         from spotlight.sp_groups import assign, valid_degrees
 
+        valid = valid_degrees(self._sp.num_heads)
+        target = max(d for d in valid if d <= min(len(members), self.spec.sp_degree))
+        return assign(members, target, valid)
+
+    def _sp_regroup(self, dead: list[int]) -> None:
         t0 = time.perf_counter()
         for wid in dead:
             self._sp.lose(wid)
@@ -436,9 +446,7 @@ class SamplerReplica:
         survivors = list(self._sp.workers)
         if not survivors:
             raise RuntimeError("every SP worker of this replica died")
-        valid = valid_degrees(self._sp.num_heads)
-        target = max(d for d in valid if d <= len(survivors))
-        self._sp.form(assign(survivors, target, valid))
+        self._sp.form(self._sp_shape(survivors))
         self.counters["sp_regroups"] += 1
         self.sp_regroup_s.append(time.perf_counter() - t0)
 
@@ -448,14 +456,13 @@ class SamplerReplica:
         replica's full degree again. Tried once per loss: a worker that cannot start (its GPU
         is really gone) is given up, and the replica carries on with the groups it has."""
         from spotlight.elastic import WorkerLost
-        from spotlight.sp_groups import assign, valid_degrees
 
         t0 = time.perf_counter()
         lost, self._sp_lost = sorted(self._sp_lost), []
         try:
             self._sp.join(lost, peer=next(iter(self._sp.workers)))
             members = sorted(self._sp.workers)
-            self._sp.form(assign(members, self.spec.sp_degree, valid_degrees(self._sp.num_heads)))
+            self._sp.form(self._sp_shape(members))
         except WorkerLost as e:  # a worker died meanwhile: regroup what is left, give up
             self._sp_regroup(e.dead)
             self._sp_lost = []

@@ -6,8 +6,10 @@ With real processes on this machine (gloo over TCP on localhost), ``repeats`` ti
   GPU preempted); the three survivors are re-formed as 2 + 1 (valid degrees of the 4-head
   model) without new processes: destroy the old communicator, rendezvous, init, one all-reduce
   to prove each new group works, and the policy module re-wrapped around the weights in memory
-  with SP of the new degree. Plus, apart: a new worker taking the weights from a live peer
-  through shared memory.
+  with SP of the new degree. Then **replace the lost worker**, as a replica does before its
+  next item: a new process that takes the weights from a live peer through shared memory, and
+  the group of four formed again (``replace_worker_s``; off the critical path, because the
+  survivors sample meanwhile).
 * **cold restart**: three new worker processes started at once (Python, torch import), each
   loading the checkpoint from storage (the file's pages dropped from the page cache first, so
   the disk is read), then groups 2 + 1 initialised as above.
@@ -88,8 +90,19 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
                     "groups": [len(g) for g in nw.groups],
                 }
             )
-            nw.start(4)  # a new member joins: weights from a peer, not from storage
-            copies.append(nw.copy_weights(0, 4))
+            # a replacement joins (what a replica does before its next item): a new process,
+            # weights from a peer, not from storage, and the group whole again
+            t0 = time.perf_counter()
+            joined = nw.join([4], peer=0)
+            regrown = nw.form([[0, 1, 2, 4]])
+            copies.append(
+                {
+                    "wall_s": joined["copy_s"],
+                    "spawn_s": joined["spawn_s"],
+                    "form_s": regrown["wall_s"],
+                    "replace_s": time.perf_counter() - t0,
+                }
+            )
             if nw.checksum(0) != nw.checksum(4):
                 raise RuntimeError("the weights copied from the peer differ")
             nw.shutdown()
@@ -120,8 +133,9 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
                 print(
                     f"[regroup] {rep + 1}/{repeats}: regroup {regroups[-1]['wall_s']:.3f} s,"
                     f" cold restart {colds[-1]['wall_s']:.3f} s (spawn+import"
-                    f" {t_spawn:.2f}, load {t_load:.2f}, init {f['wall_s']:.2f}), peer copy"
-                    f" {copies[-1]['wall_s']:.3f} s, {checkpoint_mb} MB read {reads[-1]:.2f} s",
+                    f" {t_spawn:.2f}, load {t_load:.2f}, init {f['wall_s']:.2f}), replace a worker"
+                    f" {copies[-1]['replace_s']:.3f} s (peer copy {copies[-1]['wall_s']:.3f} s),"
+                    f" {checkpoint_mb} MB read {reads[-1]:.2f} s",
                     file=log,
                     flush=True,
                 )
@@ -143,6 +157,12 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
             for k in ("spawn_and_import_s", "load_checkpoint_s", "init_group_s")
         },
         "peer_weight_copy_s": med(c["wall_s"] for c in copies),
+        "replace_worker_s": med(c["replace_s"] for c in copies),
+        "replace_worker_breakdown_s": {
+            "spawn_and_import_s": med(c["spawn_s"] for c in copies),
+            "peer_weight_copy_s": med(c["wall_s"] for c in copies),
+            "form_s": med(c["form_s"] for c in copies),
+        },
         "storage_read": {
             "checkpoint_mb": checkpoint_mb,
             "seconds": med(reads),

@@ -65,6 +65,7 @@ def _train(args: argparse.Namespace) -> int:
         trace_start_s=args.trace_start_h * 3600 if args.trace_start_h is not None else None,
         trace_seed=args.trace_seed,
         sp_degree=args.sp_degree,
+        sp_workers=args.sp_workers,
     )
     opts.validate()
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
@@ -230,7 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--sp-degree",
         type=int,
         default=1,
-        help="GPUs (locally: worker processes) per sampler replica, Ulysses SP above 1",
+        help="SP group size: GPUs (locally: worker processes) per sample, Ulysses SP above 1",
+    )
+    train.add_argument(
+        "--sp-workers",
+        type=int,
+        help="GPUs (locally: worker processes) per sampler replica, in SP groups of"
+        " --sp-degree that share its items (default: --sp-degree, one group)",
     )
     train.add_argument(
         "--train-workers", type=int, default=1, help="Ray Train data-parallel workers"

@@ -122,7 +122,15 @@ class RayOptions:
     trace_seed: int = 0
     """Which nodes the replay preempts."""
     sp_degree: int = 1
-    """GPUs (locally: worker processes) per sampler replica, with Ulysses SP above 1."""
+    """SP group size: a sample is split over this many GPUs (Ulysses SP above 1)."""
+    sp_workers: int | None = None
+    """GPUs (locally: worker processes) per sampler replica, grouped into SP groups of
+    ``sp_degree`` that share its items (e.g. all 8 GPUs of a node at SP 4: two groups, and
+    after a loss 4 + 3 for Qwen-Image's 24 heads). Default: ``sp_degree`` (one group)."""
+
+    @property
+    def workers_per_replica(self) -> int:
+        return self.sp_workers if self.sp_workers is not None else self.sp_degree
 
     def spill_policy(self):
         from spotlight.work_queue import SpillPolicy
@@ -140,6 +148,11 @@ class RayOptions:
         bad = [f"{k} ({v})" for k, v in counts.items() if v < 1]
         if bad:
             raise ValueError(f"must be >= 1: {', '.join(bad)}")
+        if self.workers_per_replica < self.sp_degree:
+            raise ValueError(
+                f"sp workers ({self.sp_workers}) must be >= the sp degree ({self.sp_degree}):"
+                " a replica needs the GPUs of at least one SP group"
+            )
         if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
             raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
         self.spill_policy()
@@ -160,7 +173,7 @@ def local_resources(opts: RayOptions) -> dict[str, float]:
         names.RESOURCE_SPOT: 1.0,
         names.RESOURCE_ON_DEMAND: 1.0,
         names.RESOURCE_CONTROL: 1.0,
-        names.RESOURCE_SAMPLER: float(opts.num_samplers * opts.sp_degree),
+        names.RESOURCE_SAMPLER: float(opts.num_samplers * opts.workers_per_replica),
         names.RESOURCE_TRAINER: float(opts.num_train_workers),
     }
 
@@ -187,9 +200,9 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         cluster = LocalSpotCluster(
             head_cpus=opts.num_train_workers + 3,
             head_resources=head_resources(
-                opts.num_train_workers, opts.spill != "never", opts.sp_degree
+                opts.num_train_workers, opts.spill != "never", opts.workers_per_replica
             ),
-            sampler_per_node=opts.sp_degree,
+            sampler_per_node=opts.workers_per_replica,
         )
         injector = build_injector(
             cluster,
@@ -240,10 +253,10 @@ def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | No
             " `ray start --resources '{\"on_demand\": 1, ...}'`)"
         )
     missing = []
-    if res.get(names.RESOURCE_SAMPLER, 0) < opts.sp_degree:
+    if res.get(names.RESOURCE_SAMPLER, 0) < opts.workers_per_replica:
         missing.append(
             f"'{names.RESOURCE_SAMPLER}' capacity {res.get(names.RESOURCE_SAMPLER, 0):g} is less"
-            f" than one sampler replica needs ({opts.sp_degree}: its SP degree; spot or"
+            f" than one sampler replica needs ({opts.workers_per_replica}: its SP workers; spot or"
             " on-demand sampler nodes, see cluster.yaml)"
         )
     if res.get(names.RESOURCE_TRAINER, 0) < opts.num_train_workers:
@@ -362,11 +375,12 @@ class Controller:
             commit_every=opts.commit_every,
             notice_sources=tuple(opts.notice_sources),
             sp_degree=opts.sp_degree,
+            sp_workers=opts.workers_per_replica,
         )
         gpu = opts.device.startswith("cuda")
 
         def sampler_opts(pool: str | None) -> dict[str, Any]:  # pool: the local trace replay
-            return replica_actor_options(pool, opts.sp_degree, gpu)
+            return replica_actor_options(pool, opts.workers_per_replica, gpu)
 
         def reward():
             return reward_scorer(cfg.reward, opts.threads_per_worker)

@@ -72,13 +72,14 @@ class LocalSpotCluster:
         self.cluster.shutdown()
 
 
-def head_resources(num_train_workers: int, spill: bool, sp_degree: int = 1) -> dict[str, float]:
-    """The head's virtual resources in trace mode (no ``spot``)."""
+def head_resources(num_train_workers: int, spill: bool, sampler_gpus: int = 1) -> dict[str, float]:
+    """The head's virtual resources in trace mode (no ``spot``): with ``spill``, room for one
+    sampler replica of ``sampler_gpus``."""
     return {
         names.RESOURCE_ON_DEMAND: 1.0,
         names.RESOURCE_CONTROL: 1.0,
         names.RESOURCE_TRAINER: float(num_train_workers),
-        **({names.RESOURCE_SAMPLER: float(sp_degree)} if spill else {}),
+        **({names.RESOURCE_SAMPLER: float(sampler_gpus)} if spill else {}),
     }
 
 

@@ -33,4 +33,6 @@ def test_bench_regroup_writes_its_figures(tmp_path):
     }
     assert [row["sp_degree"] for row in r["sp_throughput"]] == [1, 2, 4]
     assert r["runs"]["regroup"][0]["groups"] == [2, 1]
+    parts = r["replace_worker_breakdown_s"]
+    assert r["replace_worker_s"] >= parts["spawn_and_import_s"] + parts["peer_weight_copy_s"] > 0
     assert not list(tmp_path.glob("*.safetensors"))  # the scratch checkpoint is gone

@@ -123,10 +123,14 @@ def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path)
     _same_learning(out, plain_run)
 
 
-def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plain_run, tmp_path):
-    """A replica with SP 2 loses one of its two worker processes mid-run: the survivor carries
-    on alone (re-formed, no new process, no weights reload), a replacement process joins with
-    the survivor's weights before the next item, and the run trains as before."""
+@pytest.mark.parametrize("workers", [2, 3])
+def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(
+    plain_run, tmp_path, workers
+):
+    """A replica with SP 2 loses one of its worker processes mid-run: the survivors carry on
+    (re-formed, no new process, no weights reload), a replacement process joins with a
+    survivor's weights before the next item, and the run trains as before. With 3 workers the
+    replica runs an SP 2 group and a single worker side by side, each on part of every item."""
     import psutil
     import ray
 
@@ -145,25 +149,29 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plai
     def kill_one_sp_worker(actors) -> bool:
         for lease in ray.get(actors.queue.leased.remote()):
             replica_pid = int(lease["worker_id"].rsplit(":", 1)[1])
-            workers = sp_workers(replica_pid)
-            if len(workers) == 2:
-                workers[1].kill()
-                seen["killed"] = workers[1].pid
+            procs = sp_workers(replica_pid)
+            if len(procs) == workers:
+                procs[1].kill()
+                seen["killed"] = procs[1].pid
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:  # the replica replaces it
                     pids = {w.pid for w in sp_workers(replica_pid) if w.status() != "zombie"}
-                    if len(pids) == 2 and seen["killed"] not in pids:
-                        seen["replaced_by"] = (pids - {workers[0].pid}).pop()
+                    if len(pids) == workers and seen["killed"] not in pids:
+                        seen["replaced_by"] = (pids - {p.pid for p in procs}).pop()
                         break
                     time.sleep(0.1)
                 return True
         return False
 
     killer, killed = _strike_mid_run(out, kill_one_sp_worker)
-    run_ray(_cfg(), out, opts=ray_options(num_samplers=1, sp_degree=2))
+    run_ray(_cfg(), out, opts=ray_options(num_samplers=1, sp_degree=2, sp_workers=workers))
     killer.join(timeout=5)
     assert killed.is_set()
     assert seen.get("replaced_by") not in (None, seen["killed"])
+    deadline = time.monotonic() + 20  # the replacement went with its replica: nothing leaked
+    while psutil.pid_exists(seen["replaced_by"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(seen["replaced_by"])
     ra, rb = _rows(out), _rows(plain_run)
     assert ra[0]["sp_degree_max"] == 2
     assert ra[-1]["sp_degree_max"] == 2  # whole again after the replacement joined

@@ -148,6 +148,9 @@ def test_ray_runner_bad_input_fails_before_ray_starts(tmp_path, capsys, monkeypa
     # ray.init is forbidden in unit tests: each of these must stop before it.
     assert main(["train", "--samplers", "0", "--out", str(tmp_path / "a")]) == 2
     assert "samplers (0)" in capsys.readouterr().err
+    sp = ["--sp-degree", "2", "--sp-workers", "1", "--out", str(tmp_path / "c")]
+    assert main(["train", *sp]) == 2
+    assert "sp workers (1) must be >= the sp degree (2)" in capsys.readouterr().err
 
     import spotlight.rewards as rewards
 
