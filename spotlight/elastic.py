@@ -209,7 +209,9 @@ class _Handle:
 class NodeWorkers:
     """The node's SP workers (see the module docstring)."""
 
-    def __init__(self, n: int, threads: int = 1, timeout_s: float = 10.0):
+    def __init__(
+        self, n: int, threads: int = 1, timeout_s: float = 10.0, start_timeout_s: float = 300.0
+    ):
         if n < 1:
             raise ValueError(f"need at least one worker, got {n}")
         self._ctx = mp.get_context("spawn")
@@ -217,13 +219,23 @@ class NodeWorkers:
         self.threads = threads
         self.timeout_s = timeout_s
         """How long a collective waits for a peer before the survivors give up."""
+        self.start_timeout_s = start_timeout_s
+        """How long a new worker may take to start (Python, torch import) before it is given
+        up."""
         self.groups: list[list[int]] = []
         self.policy: dict[str, Any] = {}
         self.num_heads: int | None = None
-        self.start_timings = self.start(*range(n))
+        try:
+            self.start_timings = self.start(*range(n))
+        except WorkerLost:  # not all of them came up: stop the others, nothing left running
+            self.shutdown()
+            raise
 
     def start(self, *wids: int) -> list[dict[str, float]]:
-        """Start workers ``wids`` together (new processes: the cold path); returns timings."""
+        """Start workers ``wids`` together (new processes: the cold path); returns timings.
+
+        A worker that dies or does not report ready within ``start_timeout_s`` is killed and
+        left out, and :class:`WorkerLost` names it (after the others have joined)."""
         t0 = time.perf_counter()
         pending = []
         for wid in wids:
@@ -234,12 +246,24 @@ class NodeWorkers:
                 target=_worker, args=(child, self.threads, self.timeout_s), daemon=True
             )
             proc.start()
+            child.close()  # the child holds its end: if it dies, our end sees EOF, not a hang
             pending.append((wid, proc, parent))
-        out = []
+        out, failed = [], []
+        deadline = time.monotonic() + self.start_timeout_s
         for wid, proc, parent in pending:
-            parent.recv()  # ready: Python started, torch imported
+            try:  # ready: Python started, torch imported
+                if not parent.poll(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError
+                parent.recv()
+            except (EOFError, OSError, TimeoutError):
+                proc.kill()
+                proc.join(timeout=10)
+                failed.append(wid)
+                continue
             self.workers[wid] = _Handle(proc, parent)
             out.append({"spawn_ready_s": time.perf_counter() - t0})
+        if failed:
+            raise WorkerLost(failed)
         return out
 
     def _call(self, wids: list[int], msgs: list[tuple]) -> list[dict[str, Any]]:
@@ -340,10 +364,12 @@ class NodeWorkers:
         return {"wall_s": wall, "workers": dict(zip(wids, replies, strict=True))}
 
     def lose(self, wid: int) -> None:
-        """Worker ``wid`` dies (its GPU was preempted): killed, no goodbye."""
-        h = self.workers.pop(wid)
-        h.proc.kill()
-        h.proc.join(timeout=10)
+        """Worker ``wid`` dies (its GPU was preempted): killed, no goodbye. A worker that
+        never started (:meth:`start` gave it up) is only dropped from the groups."""
+        h = self.workers.pop(wid, None)
+        if h is not None:
+            h.proc.kill()
+            h.proc.join(timeout=10)
         self.groups = [[w for w in g if w != wid] for g in self.groups]
 
     def copy_weights(self, src: int, dst: int) -> dict[str, float]:

@@ -53,3 +53,23 @@ def test_survivors_regroup_in_the_same_processes_and_a_joiner_copies_a_peer(tmp_
 def test_bad_worker_counts_are_refused():
     with pytest.raises(ValueError, match="at least one worker"):
         NodeWorkers(0)
+
+
+def test_a_worker_that_dies_or_stalls_while_starting_is_given_up_not_waited_for():
+    from spotlight.elastic import WorkerLost
+
+    with pytest.raises(WorkerLost) as lost:  # torch refuses 0 threads: the child dies at once
+        NodeWorkers(1, threads=0)
+    assert lost.value.dead == [0]
+    nw = NodeWorkers(1)
+    try:
+        nw.start_timeout_s = 0.0  # nothing is ready that fast
+        with pytest.raises(WorkerLost) as lost:
+            nw.start(1)
+        assert lost.value.dead == [1] and list(nw.workers) == [0]
+        nw.lose(1)  # a worker that never started: only dropped
+        assert nw.checksum(0) == 0.0  # the others work on
+        live = nw.pids()
+    finally:
+        nw.shutdown()
+    assert not any(_alive(p) for p in live)

@@ -3,6 +3,7 @@ actor is killed mid-run, must give the same per-iteration results as a run witho
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -147,15 +148,18 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(
         ]
 
     def kill_one_sp_worker(actors) -> bool:
+        if "killed" in seen:  # once only, even if a call failed after the kill
+            return True
         for lease in ray.get(actors.queue.leased.remote()):
             replica_pid = int(lease["worker_id"].rsplit(":", 1)[1])
             procs = sp_workers(replica_pid)
             if len(procs) == workers:
                 procs[1].kill()
                 seen["killed"] = procs[1].pid
-                deadline = time.monotonic() + 60
+                deadline, pids = time.monotonic() + 60, set()
                 while time.monotonic() < deadline:  # the replica replaces it
-                    pids = {w.pid for w in sp_workers(replica_pid) if w.status() != "zombie"}
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        pids = {w.pid for w in sp_workers(replica_pid) if w.status() != "zombie"}
                     if len(pids) == workers and seen["killed"] not in pids:
                         seen["replaced_by"] = (pids - {p.pid for p in procs}).pop()
                         break
