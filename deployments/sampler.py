@@ -452,9 +452,10 @@ class SamplerReplica:
 
     def _sp_regrow(self) -> None:
         """Replace the SP workers lost since the last item: new processes that take the weights
-        from a surviving peer through shared memory (no storage read), then one group of the
-        replica's full degree again. Tried once per loss: a worker that cannot start (its GPU
-        is really gone) is given up, and the replica carries on with the groups it has."""
+        from a surviving peer through shared memory (no storage read), then the replica's full
+        set of groups again. The next item waits for it (3.4 s on the 2-core CPU,
+        docs/benchmarks.md). Tried once per loss: a worker that cannot start (its GPU is really
+        gone) is given up, and the replica carries on with the groups it has."""
         from spotlight.elastic import WorkerLost
 
         t0 = time.perf_counter()
