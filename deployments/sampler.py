@@ -143,13 +143,14 @@ class SamplerReplica:
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
         self._sp = None
-        if max(spec.sp_workers, spec.sp_degree) > 1:  # its own worker processes, one per GPU
+        workers = max(spec.sp_workers, spec.sp_degree)
+        if workers > 1:  # its own worker processes, one per GPU
             from spotlight.elastic import NodeWorkers
             from spotlight.sp_groups import check_degree
 
             heads = self._policy.transformer.config.num_attention_heads
             check_degree(spec.sp_degree, heads)
-            self._sp = NodeWorkers(max(spec.sp_workers, spec.sp_degree), spec.threads)
+            self._sp = NodeWorkers(workers, spec.threads)
             self._sp.num_heads = heads
         self._reward = reward_handle
         self._actors = get_actors()
