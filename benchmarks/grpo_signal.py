@@ -15,7 +15,11 @@ signal (``|mu|^2 / E|g|^2``, about the expected cosine of two batches) and the b
 which the cosine would reach 0.5 (``s^2 / |mu|^2``). A control recomputes each gradient with the
 batch's advantages shuffled at random (no signal by construction): its scatter is the noise
 of the estimate. Results and what they mean: docs/tasks.md, "RL: does GRPO raise the reward?".
-Writes ``grpo_signal-<recipe>.json``.
+Writes ``grpo_signal-<recipe>[-<batch>][-awm][-per-step].json``.
+
+``--loss awm`` measures the advantage-weighted matching objective instead (``grpo.loss='awm'``,
+``--awm-draws`` noise draws per sample). ``--per-step`` (Flow-GRPO only) also measures each
+denoising step's gradient on its own: where along the trajectory the signal is.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from spotlight.config import GRPO_LOSSES
+from spotlight.grpo import grpo_loss
 from spotlight.loop import prompt_sets, score_groups
 from spotlight.policies import make_policy
 from spotlight.recipes import RECIPES, get_recipe
 from spotlight.rewards import build_reward
-from spotlight.sampler import sample
+from spotlight.sampler import sample, step_log_prob
+from spotlight.sde import step_params, time_grid
 from spotlight.update import grpo_update
 
 
@@ -47,6 +54,34 @@ def batch_gradients(policy, trajectories, advantages, cfg) -> torch.Tensor:
     params = policy.trainable_parameters()
     grpo_update(policy, torch.optim.SGD(params, lr=0.0), trajectories, advantages, grpo, seed=0)
     return torch.cat([p.grad.flatten() for p in params if p.grad is not None]).double()
+
+
+def step_gradients(policy, trajectories, advantages, cfg, chunk: int = 32) -> list[torch.Tensor]:
+    """The flat Flow-GRPO gradient of each denoising step on its own (at the current weights)."""
+    sampler = trajectories[0].sampler
+    grid = time_grid(sampler.num_steps, sampler.shift)
+    params = policy.trainable_parameters()
+    n = len(trajectories)
+    out = []
+    for j in range(sampler.num_steps):
+        for p in params:
+            p.grad = None
+        p_j = step_params(grid, j, sampler.eta)
+        for lo in range(0, n, chunk):
+            part = trajectories[lo : lo + chunk]
+            log_prob, _ = step_log_prob(
+                policy,
+                torch.stack([t.xs[j] for t in part]),
+                torch.stack([t.xs[j + 1] for t in part]),
+                [p_j] * len(part),
+                policy.encode_prompts([t.prompt for t in part]),
+                sampler.guidance_scale,
+            )
+            old = torch.tensor([t.log_probs[j] for t in part])
+            loss, _ = grpo_loss(log_prob, old, advantages[lo : lo + chunk], cfg.grpo.clip_range)
+            (loss * len(part) / n).backward()
+        out.append(torch.cat([p.grad.flatten() for p in params if p.grad is not None]).double())
+    return out
 
 
 def signal_stats(grads: list[torch.Tensor], n: int) -> dict[str, float | None]:
@@ -71,6 +106,11 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="training prompts per batch")
     ap.add_argument("--group", type=int, default=None, help="images per prompt (recipe's)")
     ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--loss", choices=GRPO_LOSSES, default=None, help="(the recipe's)")
+    ap.add_argument("--awm-draws", type=int, default=16, help="noise draws per sample (awm)")
+    ap.add_argument(
+        "--per-step", action="store_true", help="also each denoising step alone (flow_grpo)"
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="docs/bench")
     args = ap.parse_args()
@@ -78,11 +118,18 @@ def main() -> None:
     cfg = get_recipe(args.recipe)
     if args.group:
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, group_size=args.group))
+    if args.loss:
+        grpo = dataclasses.replace(cfg.grpo, loss=args.loss, awm_draws=args.awm_draws)
+        cfg = dataclasses.replace(cfg, grpo=grpo)
+    if args.per_step and cfg.grpo.loss != "flow_grpo":
+        ap.error("--per-step measures the Flow-GRPO steps; it needs --loss flow_grpo")
     policy = make_policy(cfg.policy, "cpu")
     reward = build_reward(cfg.reward)
     prompts = [p for p in prompt_sets(cfg)[0][: args.prompts] for _ in range(cfg.grpo.group_size)]
     n = len(prompts)
     real, shuffled, rewards = [], [], []
+    steps_real: list[list[torch.Tensor]] = []
+    steps_shuffled: list[list[torch.Tensor]] = []
     t0 = time.perf_counter()
     for k in range(args.batches):
         seeds = [10_000 * (k + 1) + i for i in range(n)]
@@ -96,6 +143,9 @@ def main() -> None:
         real.append(batch_gradients(policy, trajs, adv, cfg))
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(k))
         shuffled.append(batch_gradients(policy, trajs, adv[perm], cfg))
+        if args.per_step:
+            steps_real.append(step_gradients(policy, trajs, adv, cfg))
+            steps_shuffled.append(step_gradients(policy, trajs, adv[perm], cfg))
         print(
             f"[grpo-signal] batch {k + 1}/{args.batches}: reward {stats['train_reward_mean']:.3f}"
             f" |g| {real[-1].norm():.4f} ({time.perf_counter() - t0:.0f} s)",
@@ -111,15 +161,39 @@ def main() -> None:
         "batch_reward_mean": float(np.mean(rewards)),
         "real": signal_stats(real, n),
         "shuffled_advantages": signal_stats(shuffled, n),
+        "loss": cfg.grpo.loss,
+        "awm_draws": cfg.grpo.awm_draws if cfg.grpo.loss == "awm" else None,
+        "per_step": [
+            {
+                "step": j,
+                "t": time_grid(cfg.sampler.num_steps, cfg.sampler.shift)[j],
+                "grad_norm_mean": float(np.mean([float(g[j].norm()) for g in steps_real])),
+                "real": signal_stats([g[j] for g in steps_real], n),
+                "shuffled_advantages": signal_stats([g[j] for g in steps_shuffled], n),
+            }
+            for j in range(cfg.sampler.num_steps)
+        ]
+        if args.per_step
+        else None,
         "seconds": time.perf_counter() - t0,
         "machine": f"{platform.machine()}, {args.threads} threads",
         "command": "python benchmarks/grpo_signal.py "
         + f"--recipe {args.recipe} --prompts {args.prompts} --batches {args.batches}"
-        + (f" --group {args.group}" if args.group else ""),
+        + (f" --group {args.group}" if args.group else "")
+        + (f" --loss {args.loss}" if args.loss else "")
+        + (f" --awm-draws {args.awm_draws}" if cfg.grpo.loss == "awm" else "")
+        + (" --per-step" if args.per_step else ""),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"grpo_signal-{cfg.recipe}.json"
+    name = f"grpo_signal-{cfg.recipe}"
+    if n != 64:
+        name += f"-{n}"
+    if cfg.grpo.loss == "awm":
+        name += "-awm"
+    if args.per_step:
+        name += "-per-step"
+    path = out / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     for name in ("real", "shuffled_advantages"):
         s = doc[name]
@@ -128,6 +202,12 @@ def main() -> None:
             f"({s['cosine_min']:+.3f}..{s['cosine_max']:+.3f}), "
             f"signal share {s['signal_share']:+.4f}, "
             f"batch for cosine 0.5: {s['batch_for_cosine_0.5']}"
+        )
+    for row in doc["per_step"] or ():
+        print(
+            f"[grpo-signal] step {row['step']} (t {row['t']:.2f}): |g| {row['grad_norm_mean']:.4f}"
+            f" cosine {row['real']['cosine_mean']:+.4f}"
+            f" (shuffled {row['shuffled_advantages']['cosine_mean']:+.4f})"
         )
     print(f"[grpo-signal] -> {path}")
 

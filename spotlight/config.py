@@ -41,6 +41,9 @@ class SamplerConfig:
             raise ValueError(f"sampler.guidance_scale must be >= 1, got {self.guidance_scale}")
 
 
+GRPO_LOSSES = ("flow_grpo", "awm")
+
+
 @dataclass(frozen=True)
 class GRPOConfig:
     """GRPO update settings."""
@@ -67,6 +70,12 @@ class GRPOConfig:
     """Added to the group std before dividing."""
     adv_clip: float = 5.0
     """Advantages are clipped to [-adv_clip, adv_clip]."""
+    loss: str = "flow_grpo"
+    """'flow_grpo': the clipped ratio objective on the log-probs of the SDE steps (Flow-GRPO);
+    'awm': advantage-weighted flow matching on the final samples
+    (spotlight.grpo.advantage_weighted_matching_loss; uses no log-probs or step states)."""
+    awm_draws: int = 8
+    """'awm': noise draws ``(t, eps)`` per sample and update, shared within a prompt's group."""
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -83,6 +92,10 @@ class GRPOConfig:
             raise ValueError(f"grpo.kl_beta must be >= 0, got {self.kl_beta}")
         if self.num_inner_epochs < 1 or self.train_batch_size < 1:
             raise ValueError("grpo.num_inner_epochs and grpo.train_batch_size must be >= 1")
+        if self.loss not in GRPO_LOSSES:
+            raise ValueError(f"grpo.loss must be one of {GRPO_LOSSES}, got {self.loss!r}")
+        if self.awm_draws < 1:
+            raise ValueError(f"grpo.awm_draws must be >= 1, got {self.awm_draws}")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import asdict
@@ -9,7 +10,12 @@ from dataclasses import asdict
 import torch
 
 from spotlight.config import GRPOConfig
-from spotlight.grpo import LossStats, gaussian_mean_kl, grpo_loss
+from spotlight.grpo import (
+    LossStats,
+    advantage_weighted_matching_loss,
+    gaussian_mean_kl,
+    grpo_loss,
+)
 from spotlight.policies.base import Policy
 from spotlight.sampler import Trajectory, step_log_prob
 from spotlight.sde import step_params, time_grid
@@ -43,6 +49,11 @@ def grpo_update(
     accumulates the loss over the selected steps and takes one optimizer step; this repeats for
     ``cfg.num_inner_epochs``. Returns the mean of each loss statistic.
 
+    ``cfg.loss`` picks the objective: ``'flow_grpo'`` replays a seeded subset of the denoising
+    steps (``cfg.timestep_fraction``) and uses their log-probs; ``'awm'`` uses only the final
+    samples, noised ``cfg.awm_draws`` times with ``(t, eps)`` shared by a prompt's group
+    (:func:`awm_noise`).
+
     Data parallel: with ``shard=(rank, world)`` this process replays only ``chunk[rank::world]``
     of each chunk, and ``grad_sync`` (e.g. an all-reduce mean) runs on the gradients before
     each optimizer step; with equal slices that is the full chunk's gradient. Every rank draws
@@ -70,7 +81,7 @@ def grpo_update(
     rng = random.Random(seed + 1)
     history: list[LossStats] = []
     grad_norms: list[float] = []
-    for _ in range(cfg.num_inner_epochs):
+    for epoch in range(cfg.num_inner_epochs):
         order = list(range(len(trajectories)))
         rng.shuffle(order)
         for lo in range(0, len(order), cfg.train_batch_size):
@@ -78,7 +89,13 @@ def grpo_update(
             chunk = [trajectories[i] for i in idx]
             adv = advantages.flatten()[idx]
             optimizer.zero_grad(set_to_none=True)
-            for j, p in zip(steps, params, strict=True) if chunk else ():
+            if cfg.loss == "awm":
+                for draw in range(cfg.awm_draws) if chunk else ():
+                    key = (seed, epoch, draw)
+                    loss, stats = _awm_loss(policy, ref_policy, chunk, adv, key, cfg)
+                    (loss / cfg.awm_draws).backward()
+                    history.append(stats)
+            for j, p in zip(steps, params, strict=True) if chunk and cfg.loss != "awm" else ():
                 loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
                 (loss / len(steps)).backward()
                 history.append(stats)
@@ -106,6 +123,39 @@ def _step_loss(policy, ref_policy, chunk, adv, j, p, cfg):
         kl = gaussian_mean_kl(mean, ref_mean, torch.full((len(chunk),), p.std))
     return grpo_loss(
         log_prob, old.to(log_prob.device), adv.to(log_prob.device), cfg.clip_range, kl, cfg.kl_beta
+    )
+
+
+def awm_noise(
+    prompt: str, shape: tuple[int, ...], key: tuple[int, ...]
+) -> tuple[float, torch.Tensor]:
+    """The ``(t, eps)`` of one AWM noise draw: logit-normal ``t`` (as in pretraining) and
+    Gaussian ``eps``, a function of the prompt and ``key`` only, so every member of a prompt's
+    group (and every data-parallel rank) gets the same draw."""
+    digest = hashlib.blake2b(f"{key}|{prompt}".encode(), digest_size=8).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+    t = float(torch.sigmoid(torch.randn((), generator=gen)))
+    return t, torch.randn(shape, generator=gen)
+
+
+def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
+    device = policy.device
+    x0 = torch.stack([tr.latents for tr in chunk]).float()
+    draws = [awm_noise(tr.prompt, tuple(x0.shape[1:]), key) for tr in chunk]
+    t = torch.tensor([d[0] for d in draws], dtype=torch.float32)
+    eps = torch.stack([d[1] for d in draws])
+    tb = t.view(-1, *([1] * (x0.dim() - 1)))
+    x_t = ((1.0 - tb) * x0 + tb * eps).to(device)
+    prompts = [tr.prompt for tr in chunk]
+    velocity = policy.velocity(x_t, t.to(device), policy.encode_prompts(prompts))
+    ref_velocity = None
+    if cfg.kl_beta > 0:
+        with torch.no_grad():
+            ref_velocity = ref_policy.velocity(
+                x_t, t.to(device), ref_policy.encode_prompts(prompts)
+            )
+    return advantage_weighted_matching_loss(
+        velocity, (eps - x0).to(device), adv.to(device), ref_velocity, cfg.kl_beta
     )
 
 

@@ -3,6 +3,7 @@
 import copy
 import threading
 
+import pytest
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
@@ -33,12 +34,20 @@ class _ThreadAllReduce:
         return sync
 
 
-def test_two_ranks_match_one_process(small_policy):
+@pytest.mark.parametrize(("loss", "passes"), [("flow_grpo", 4), ("awm", 3)])
+def test_two_ranks_match_one_process(small_policy, loss, passes):
     cfg_s = SamplerConfig(num_steps=4, eta=0.7, batch_size=8)
     prompts = ["a cat"] * 4 + ["a dog"] * 4
     trajs = sample(small_policy, prompts, list(range(8)), cfg_s)
     adv = group_advantages(torch.linspace(0, 1, 8).view(2, 4))
-    cfg = GRPOConfig(group_size=4, train_batch_size=4, timestep_fraction=1.0, learning_rate=1e-3)
+    cfg = GRPOConfig(
+        group_size=4,
+        train_batch_size=4,
+        timestep_fraction=1.0,
+        learning_rate=1e-3,
+        loss=loss,
+        awm_draws=3,
+    )
 
     full = copy.deepcopy(small_policy)
     opt = torch.optim.AdamW(full.trainable_parameters(), lr=cfg.learning_rate)
@@ -71,7 +80,8 @@ def test_two_ranks_match_one_process(small_policy):
     for t in threads:
         t.join()
     assert not errors
-    assert sum(seen[0]) == sum(seen[1]) == 8 * 4 // 2  # half the samples x 4 steps each
+    # half the samples x (4 steps or 3 noise draws) each
+    assert sum(seen[0]) == sum(seen[1]) == 8 * passes // 2
     ref = full.state_dict()
     for rank in ranks:
         for k, v in rank.state_dict().items():
