@@ -214,8 +214,8 @@ class LearningModel:
     yet, see docs/tasks.md). An iteration whose groups carry more reward contrast counts for
     more: its progress is ``contrast / baseline_contrast``, where contrast is the mean group
     reward std of the rollout computed by the real seed-selection code on reward draws from a
-    measured prompt population (``per_prompt`` of a shipped ``eval.json``: the base model's
-    rewards for 8 seeds of each validation prompt), and stale-to-fresh rank preservation shrinks
+    measured prompt population (``per_prompt`` of an ``eval.json``: the OCR-mini v0 base
+    model's rewards for 8 seeds of each validation prompt), and stale-to-fresh rank preservation shrinks
     what selection gains on stale weights to ``rank_preservation`` of it (mean stale/fresh
     Spearman measured on OCR-mini, docs/benchmarks.md). Reward moves linearly with progress
     from ``initial`` to ``target``.
@@ -225,7 +225,7 @@ class LearningModel:
     initial: float = 0.118
     target: float = 0.268
     rank_preservation: float = 0.67
-    prompts_file: str = "eval-ocr-mini-base.json"
+    prompts_file: str = "eval-ocr-mini-v0.json"
 
 
 def with_overheads(s: Scenario, **changes) -> Scenario:
