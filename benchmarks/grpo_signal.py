@@ -153,6 +153,7 @@ def main() -> None:
         )
     doc = {
         "recipe": cfg.recipe,
+        "checkpoint": cfg.policy.checkpoint,
         "batch_size": n,
         "prompts": args.prompts,
         "group_size": cfg.grpo.group_size,
