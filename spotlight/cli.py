@@ -141,7 +141,9 @@ def _simulate(args: argparse.Namespace) -> int:
     prices = PriceTable(
         on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
     )
-    learning = LearningModel(baseline_iterations=args.baseline_iterations)
+    learning = LearningModel(
+        baseline_iterations=args.baseline_iterations, contrast_exponent=args.contrast_exponent
+    )
     simulate(
         args.scenario,
         args.trace,
@@ -365,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=300,
         help="plain GRPO's iterations to the target (modelled; see spotlight/sim_model.py)",
+    )
+    sim.add_argument(
+        "--contrast-exponent",
+        type=float,
+        default=1.0,
+        help="k in progress = (group std / plain GRPO's) ** k (fitted: docs/simulator.md)",
     )
     sim_prices = PriceTable()
     sim.add_argument(

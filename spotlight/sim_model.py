@@ -16,8 +16,10 @@ report repeats the distinction.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 CALIB = Path(__file__).parent / "assets" / "calib" / "h200-qwen-image.json"
 EVALS = Path(__file__).parent / "assets" / "calib"
@@ -215,10 +217,11 @@ class LearningModel:
     more: its progress is ``contrast / baseline_contrast``, where contrast is the mean group
     reward std of the rollout computed by the real seed-selection code on reward draws from a
     measured prompt population (``per_prompt`` of an ``eval.json``: the OCR-mini v0 base
-    model's rewards for 8 seeds of each validation prompt), and stale-to-fresh rank preservation shrinks
-    what selection gains on stale weights to ``rank_preservation`` of it (mean stale/fresh
-    Spearman measured on OCR-mini, docs/benchmarks.md). Reward moves linearly with progress
-    from ``initial`` to ``target``.
+    model's rewards for 8 seeds of each validation prompt), and stale-to-fresh rank
+    preservation shrinks what selection gains on stale weights to ``rank_preservation`` of it
+    (mean stale/fresh Spearman measured on OCR-mini, docs/benchmarks.md). With
+    ``contrast_exponent`` k the progress is ``(contrast / baseline_contrast) ** k``. Reward moves
+    linearly with progress from ``initial`` to ``target``.
     """
 
     baseline_iterations: int = 300
@@ -226,6 +229,53 @@ class LearningModel:
     target: float = 0.268
     rank_preservation: float = 0.67
     prompts_file: str = "eval-ocr-mini-v0.json"
+    contrast_exponent: float = 1.0
+    """``k`` in ``progress = (contrast / baseline_contrast) ** k``; 1 is the plain proportional
+    model. :func:`fit_contrast_exponent` fits it from measured exploration runs."""
+
+
+def fit_contrast_exponent(summary: dict[str, Any], baseline_mode: str = "off") -> dict[str, Any]:
+    """Fit ``k`` of :class:`LearningModel` from an ``exploration.json`` (spotlight bench).
+
+    Each mode other than ``baseline_mode`` that reached the target in some run gives a point:
+    its measured speed-up in iterations, ``mean iterations to target (baseline) / mean
+    iterations to target (mode)``, against its contrast ratio, ``mean rollout group std (mode) /
+    (baseline)``. The model says ``speed-up = ratio ** k``; ``k`` is the least-squares slope
+    through the origin of ``log speed-up`` on ``log ratio``. Returns ``{"k", "points",
+    "baseline_iterations_to_target"}``; ``k`` is None when no mode gives a usable point (the
+    baseline never reached the target, or no ratio differs from 1).
+    """
+    modes = summary["modes"]
+    if baseline_mode not in modes:
+        raise ValueError(f"exploration summary has no {baseline_mode!r} mode: {sorted(modes)}")
+
+    def mean_iterations(mode: dict[str, Any]) -> float | None:
+        its = [r["iterations_to_target"] for r in mode["runs"] if r["iterations_to_target"]]
+        return sum(its) / len(its) if its else None
+
+    base = modes[baseline_mode]
+    base_its = mean_iterations(base)
+    points = []
+    for name, mode in modes.items():
+        its = mean_iterations(mode)
+        if name == baseline_mode or its is None or base_its is None:
+            continue
+        ratio = mode["group_reward_std_mean"] / base["group_reward_std_mean"]
+        points.append(
+            {
+                "mode": name,
+                "contrast_ratio": ratio,
+                "speedup": base_its / its,
+                "reached": mode["reached_target"],
+            }
+        )
+    usable = [p for p in points if abs(math.log(p["contrast_ratio"])) > 1e-9]
+    k = None
+    if usable:
+        sxx = sum(math.log(p["contrast_ratio"]) ** 2 for p in usable)
+        sxy = sum(math.log(p["contrast_ratio"]) * math.log(p["speedup"]) for p in usable)
+        k = sxy / sxx
+    return {"k": k, "points": points, "baseline_iterations_to_target": base_its}
 
 
 def with_overheads(s: Scenario, **changes) -> Scenario:

@@ -34,7 +34,11 @@ MEASURED_VS_MODELLED = [
     ("measured", "stale/fresh rank preservation 0.67 (OCR-mini, docs/benchmarks.md)"),
     ("code", "queue, spill rule, planner and seed selection: the real modules, imported"),
     ("modelled", "plain GRPO's iterations to the target (LearningModel.baseline_iterations)"),
-    ("modelled", "progress per iteration proportional to the rollout's group reward std"),
+    (
+        "modelled",
+        "progress per iteration = (rollout group reward std / plain GRPO's) ** k"
+        " (LearningModel.contrast_exponent, fitted from exploration runs: docs/simulator.md)",
+    ),
     ("modelled", "overheads: weights broadcast, replica start, SP regroup / restart, notices"),
     ("modelled", "SP efficiency by degree (1280x1280); preemption notice share"),
     ("chosen", "GPU counts, prompts per iteration, group size (stated per scenario)"),

@@ -567,7 +567,7 @@ class Simulation:
                 self._sample([], deadline=t_train_end)
             self.version += 1
             self.t = max(self.t, t_train_end)
-            progress += contrast / self.baseline_contrast
+            progress += (contrast / self.baseline_contrast) ** lm.contrast_exponent
             it += 1
             frac = min(1.0, progress / lm.baseline_iterations)
             val = lm.initial + (lm.target - lm.initial) * frac

@@ -228,3 +228,49 @@ def test_simulate_command_writes_the_summary_report_and_plots(tmp_path):
         assert (out / name).stat().st_size > 0
     assert "| spotlight |" in (out / "report.md").read_text()
     assert main(["simulate", "--scenario", "small", "--trace", "nope.csv", "--out", str(out)]) == 2
+
+
+def _exploration_summary(off_its, spot_its, off_std=0.1, spot_std=0.2):
+    def mode(its, std):
+        runs = [{"iterations_to_target": i} for i in its]
+        reached = sum(i is not None for i in its)
+        return {"runs": runs, "group_reward_std_mean": std, "reached_target": f"{reached}/3"}
+
+    return {"modes": {"off": mode(off_its, off_std), "spot": mode(spot_its, spot_std)}}
+
+
+def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
+    from spotlight.sim_model import fit_contrast_exponent
+
+    # Twice the std, twice as fast: k = 1. Twice the std, 4x as fast: k = 2.
+    fit = fit_contrast_exponent(_exploration_summary([10, 10, 10], [5, 5, 5]))
+    assert fit["k"] == pytest.approx(1.0) and fit["baseline_iterations_to_target"] == 10
+    assert fit["points"][0]["speedup"] == pytest.approx(2.0)
+    fit = fit_contrast_exponent(_exploration_summary([8, 12, None], [2, 3, 2.5]))
+    assert fit["k"] == pytest.approx(2.0)  # runs that missed the target are left out
+    # Equal std: no information about k.
+    assert fit_contrast_exponent(_exploration_summary([10], [5], 0.1, 0.1))["k"] is None
+    assert fit_contrast_exponent(_exploration_summary([None], [5]))["k"] is None
+    with pytest.raises(ValueError, match="no 'off' mode"):
+        fit_contrast_exponent({"modes": {"spot": {}}})
+
+
+def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
+    sc = _hand_scenario(
+        max_hours=2.0,
+        prompts_per_iteration=8,
+        batch_size=4,
+        group_size=4,
+        explore_candidates=8,
+        critical_candidates=16,
+    )
+    flat = LearningModel(baseline_iterations=12, contrast_exponent=0.0)
+    runs = [
+        Simulation(sc, SYSTEMS[s], None, learning=flat).run()
+        for s in ("on_demand_grpo", "on_demand_critical_path")
+    ]
+    assert [r.iterations for r in runs] == [12, 12]
+    # With k = 1 the selected groups' larger std makes each critical-path iteration count more.
+    prop = LearningModel(baseline_iterations=12)
+    cp = Simulation(sc, SYSTEMS["on_demand_critical_path"], None, learning=prop).run()
+    assert cp.iterations < 12
