@@ -141,9 +141,25 @@ def _simulate(args: argparse.Namespace) -> int:
     prices = PriceTable(
         on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
     )
-    learning = LearningModel(
-        baseline_iterations=args.baseline_iterations, contrast_exponent=args.contrast_exponent
-    )
+    k = args.contrast_exponent
+    if args.fit_exploration:
+        from spotlight.sim_model import fit_contrast_exponent
+
+        summary = json.loads(Path(args.fit_exploration).read_text())
+        fit = fit_contrast_exponent(summary)
+        if fit["k"] is None:
+            raise ValueError(
+                f"{args.fit_exploration}: no mode both reached the target and changed the group "
+                "std, so the contrast exponent cannot be fitted from it"
+            )
+        k = fit["k"]
+        for pt in fit["points"]:
+            print(
+                f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "
+                f"{pt['speedup']:.2f}x fewer iterations to the target ({pt['reached']} reached)"
+            )
+        print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {args.fit_exploration})")
+    learning = LearningModel(baseline_iterations=args.baseline_iterations, contrast_exponent=k)
     simulate(
         args.scenario,
         args.trace,
@@ -373,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="k in progress = (group std / plain GRPO's) ** k (fitted: docs/simulator.md)",
+    )
+    sim.add_argument(
+        "--fit-exploration",
+        metavar="JSON",
+        help="fit k from this exploration.json (spotlight bench exploration) and use it",
     )
     sim_prices = PriceTable()
     sim.add_argument(

@@ -274,3 +274,19 @@ def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
     prop = LearningModel(baseline_iterations=12)
     cp = Simulation(sc, SYSTEMS["on_demand_critical_path"], None, learning=prop).run()
     assert cp.iterations < 12
+
+
+def test_simulate_fits_the_contrast_exponent_from_an_exploration_summary(tmp_path, capsys):
+    from spotlight.cli import main
+
+    good = tmp_path / "exploration.json"
+    good.write_text(json.dumps(_exploration_summary([10, 10, 10], [5, 5, 5])))
+    out = tmp_path / "sim"
+    args = ["simulate", "--scenario", "small", "--systems", "spotlight", "--out", str(out)]
+    assert main([*args, "--fit-exploration", str(good)]) == 0
+    assert json.loads((out / "summary.json").read_text())["learning"]["contrast_exponent"] == 1.0
+    assert "contrast exponent k = 1.000" in capsys.readouterr().out
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps(_exploration_summary([10], [5], 0.1, 0.1)))
+    assert main([*args, "--fit-exploration", str(flat)]) == 2
+    assert "cannot be fitted" in capsys.readouterr().err
