@@ -89,16 +89,19 @@ def grpo_update(
             chunk = [trajectories[i] for i in idx]
             adv = advantages.flatten()[idx]
             optimizer.zero_grad(set_to_none=True)
-            if cfg.loss == "awm":
-                for draw in range(cfg.awm_draws) if chunk else ():
+            if not chunk:
+                pass
+            elif cfg.loss == "awm":
+                for draw in range(cfg.awm_draws):
                     key = (seed, epoch, draw)
                     loss, stats = _awm_loss(policy, ref_policy, chunk, adv, key, cfg)
                     (loss / cfg.awm_draws).backward()
                     history.append(stats)
-            for j, p in zip(steps, params, strict=True) if chunk and cfg.loss != "awm" else ():
-                loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
-                (loss / len(steps)).backward()
-                history.append(stats)
+            else:
+                for j, p in zip(steps, params, strict=True):
+                    loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
+                    (loss / len(steps)).backward()
+                    history.append(stats)
             if grad_sync is not None:
                 grad_sync(policy.trainable_parameters())
             grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
