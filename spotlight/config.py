@@ -41,7 +41,7 @@ class SamplerConfig:
             raise ValueError(f"sampler.guidance_scale must be >= 1, got {self.guidance_scale}")
 
 
-GRPO_LOSSES = ("flow_grpo", "awm")
+GRPO_LOSSES = ("flow_grpo", "awm", "nft")
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,22 @@ class GRPOConfig:
     loss: str = "flow_grpo"
     """'flow_grpo': the clipped ratio objective on the log-probs of the SDE steps (Flow-GRPO);
     'awm': advantage-weighted flow matching on the final samples
-    (spotlight.grpo.advantage_weighted_matching_loss; uses no log-probs or step states)."""
+    (spotlight.grpo.advantage_weighted_matching_loss; uses no log-probs or step states);
+    'nft': DiffusionNFT, flow matching of the final samples by implicit positive and negative
+    policies around the sampling policy's velocity (spotlight.grpo.diffusion_nft_loss; no
+    log-probs or step states either; one extra no-grad forward per sample and draw for the
+    sampling policy's velocity, except in the update's first chunk)."""
+    shuffle_advantages: bool = False
+    """Control runs only: permute the advantages at random across each batch (seeded), so an
+    update keeps its size and noise but carries no signal; a learning result must beat it."""
     awm_draws: int = 8
     """'awm': noise draws ``(t, eps)`` per sample and update, shared within a prompt's group."""
+    nft_beta: float = 0.1
+    """'nft': beta in (0, 1], how far the implicit positive ``(1 - beta) v_old + beta v`` and
+    negative ``(1 + beta) v_old - beta v`` policies sit from the sampling policy ``v_old``."""
+    nft_draws: int = 4
+    """'nft': noise draws ``(t, eps)`` per sample and update, shared within a prompt's group
+    (as for 'awm')."""
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -96,6 +109,10 @@ class GRPOConfig:
             raise ValueError(f"grpo.loss must be one of {GRPO_LOSSES}, got {self.loss!r}")
         if self.awm_draws < 1:
             raise ValueError(f"grpo.awm_draws must be >= 1, got {self.awm_draws}")
+        if not 0.0 < self.nft_beta <= 1.0:
+            raise ValueError(f"grpo.nft_beta must be in (0, 1], got {self.nft_beta}")
+        if self.nft_draws < 1:
+            raise ValueError(f"grpo.nft_draws must be >= 1, got {self.nft_draws}")
 
 
 @dataclass(frozen=True)

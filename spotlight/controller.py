@@ -649,7 +649,9 @@ class Controller:
             extra["rank_spearman_stale_fresh"] = rank_preservation(
                 {p: selection.selected_rewards[p] for p in chosen}, fresh
             )
-        advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg)
+        advantages, group_stats = score_groups(
+            torch.tensor(rewards, dtype=torch.float32), cfg, it
+        )
         t1 = time.perf_counter()
         sample_s = self._last_sample_s = t1 - t0
         if rolled_r:

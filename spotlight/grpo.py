@@ -1,5 +1,5 @@
 """GRPO math for flow models: group advantages, the clipped objective, the KL to a reference,
-and the advantage-weighted matching objective.
+the advantage-weighted matching objective and DiffusionNFT's negative-aware objective.
 
 Pure torch and no model: the single-process loop and the Ray Train workers call these.
 """
@@ -142,6 +142,119 @@ def advantage_weighted_matching_loss(
     kl_mean = torch.zeros((), device=err.device)
     if ref_velocity is not None and kl_beta > 0:
         kl_mean = (velocity.float() - ref_velocity.float()).flatten(1).pow(2).mean(dim=1).mean()
+        loss = loss + kl_beta * kl_mean
+    stats = LossStats(
+        policy_loss=float(policy_loss.detach()),
+        kl=float(kl_mean.detach()),
+        clip_frac=0.0,
+        ratio_mean=1.0,
+        approx_kl=0.0,
+    )
+    return loss, stats
+
+
+def nft_optimality(advantages: torch.Tensor, adv_clip: float) -> torch.Tensor:
+    """DiffusionNFT's optimality probability ``r = clip(A / (2 adv_clip) + 1/2, 0, 1)``.
+
+    ``A = +adv_clip`` maps to 1 (train on the sample as a positive), ``-adv_clip`` to 0 (as a
+    negative), 0 to 1/2 (no preference); advantages beyond the clip clamp.
+    """
+    if adv_clip <= 0:
+        raise ValueError(f"adv_clip must be > 0, got {adv_clip}")
+    return (advantages.float() / (2.0 * adv_clip) + 0.5).clamp(0.0, 1.0)
+
+
+def diffusion_nft_loss(
+    velocity: torch.Tensor,
+    old_velocity: torch.Tensor,
+    x_t: torch.Tensor,
+    x0: torch.Tensor,
+    t: torch.Tensor,
+    optimality: torch.Tensor,
+    beta: float,
+    ref_velocity: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+    min_weight: float = 1e-5,
+) -> tuple[torch.Tensor, LossStats]:
+    """DiffusionNFT (Zheng et al. 2025, "DiffusionNFT: Online Diffusion Reinforcement with
+    Forward Process") for one noise draw of a batch of samples.
+
+    With ``d = v_theta - v_old``, the implicit positive and negative policies
+    ``v+ = v_old + beta d`` and ``v- = v_old - beta d`` (the paper's ``(1 - beta) v_old + beta
+    v_theta`` and ``(1 + beta) v_old - beta v_theta``, written so that ``v+`` and ``v-`` are
+    bit-identical at ``v_theta = v_old``) each predict ``x0_hat(v) = x_t - t v``, and
+
+    ``L = mean_i(r_i e+_i / w+_i + (1 - r_i) e-_i / w-_i) + kl_beta * mean_i |v_i - v_ref,i|^2``
+
+    with ``e_i = mean |x0_hat - x0_i|^2`` and ``w_i = max(mean |x0_hat - x0_i|, min_weight)``,
+    detached (the paper's adaptive weighting). Descending it fits ``v+`` to the samples with
+    ``r ~ 1`` and ``v-`` to those with ``r ~ 0``. At ``v_theta = v_old`` its gradient in
+    ``v_theta`` is ``(2 r_i - 1) beta / w_i`` times that of ``e_i`` as a function of the
+    velocity, ``t_i^2 |v - (eps_i - x0_i)|^2`` (the flow-matching error in x0 space): samples
+    with ``r > 1/2`` pull the velocity toward their flow-matching target, those with
+    ``r < 1/2`` push it away, and ``r = 1/2`` gives exactly none. Like AWM it needs no per-step
+    log-probabilities, so the sampler may be any.
+
+    Not scaled by ``adv_clip / beta`` as the reference implementation's
+    ``policy_loss`` is (scripts/train_nft_sd3.py); with AdamW that factor changes little but the
+    clipping threshold and the weight of the KL term relative to the policy loss.
+
+    Args:
+        velocity: ``(N, ...)`` ``v_theta``, the current policy's velocity at ``x_t`` (with grad).
+        old_velocity: ``(N, ...)`` ``v_old``, the sampling policy's velocity (no grad needed;
+            detached here).
+        x_t: ``(N, ...)`` the noised samples ``(1 - t) x0 + t eps``.
+        x0: ``(N, ...)`` the final samples.
+        t: ``(N,)`` noise levels in [0, 1].
+        optimality: ``(N,)`` ``r`` in [0, 1] (:func:`nft_optimality`).
+        beta: in (0, 1], how far the implicit policies move from ``v_old``.
+        ref_velocity: the reference policy's velocity at the same inputs, or None.
+        kl_beta: weight of the squared velocity distance to the reference.
+        min_weight: floor of the adaptive weights.
+
+    Raises:
+        ValueError: shapes disagree, or ``beta`` is outside (0, 1].
+
+    ``LossStats.kl`` is the distance to the reference; the ratio fields keep their neutral
+    values (1, 0, 0): there is no ratio.
+    """
+    shapes = (velocity.shape, old_velocity.shape, x_t.shape, x0.shape)
+    if (
+        velocity.dim() < 2
+        or len(set(shapes)) != 1
+        or t.shape != velocity.shape[:1]
+        or optimality.shape != velocity.shape[:1]
+        or (ref_velocity is not None and ref_velocity.shape != velocity.shape)
+    ):
+        raise ValueError(
+            f"shapes differ: velocity {tuple(velocity.shape)}, old_velocity "
+            f"{tuple(old_velocity.shape)}, x_t {tuple(x_t.shape)}, x0 {tuple(x0.shape)}, "
+            f"t {tuple(t.shape)}, optimality {tuple(optimality.shape)}"
+            + ("" if ref_velocity is None else f", ref_velocity {tuple(ref_velocity.shape)}")
+            + " (need (N, ...) tensors of one shape and (N,) t and optimality)"
+        )
+    if not 0.0 < beta <= 1.0:
+        raise ValueError(f"beta must be in (0, 1], got {beta}")
+    device = velocity.device
+    v = velocity.float().flatten(1)
+    v_old = old_velocity.detach().to(device, torch.float32).flatten(1)
+    xt = x_t.to(device, torch.float32).flatten(1)
+    x0f = x0.to(device, torch.float32).flatten(1)
+    tb = t.to(device, torch.float32)[:, None]
+    r = optimality.to(device, torch.float32)
+    step = beta * (v - v_old)
+
+    def weighted_error(v_implicit: torch.Tensor) -> torch.Tensor:
+        res = xt - tb * v_implicit - x0f
+        w = res.detach().abs().mean(dim=1).clamp_min(min_weight)
+        return res.pow(2).mean(dim=1) / w
+
+    per_sample = r * weighted_error(v_old + step) + (1.0 - r) * weighted_error(v_old - step)
+    policy_loss = per_sample.mean()
+    loss = policy_loss
+    kl_mean = torch.zeros((), device=device)
+    if ref_velocity is not None and kl_beta > 0:
+        kl_mean = (v - ref_velocity.to(device, torch.float32).flatten(1)).pow(2).mean(dim=1).mean()
         loss = loss + kl_beta * kl_mean
     stats = LossStats(
         policy_loss=float(policy_loss.detach()),

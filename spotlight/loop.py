@@ -25,6 +25,9 @@ from spotlight.tasks import get_task
 from spotlight.update import grpo_update
 
 _SEED_SPACE = 2**31 - 1
+SHUFFLE_STREAM = 3
+"""Random stream of the control runs' advantage permutation (0: batch, 1: update seed, 2:
+exploration)."""
 
 
 def iteration_rng(seed: int, iteration: int, stream: int) -> np.random.Generator:
@@ -42,11 +45,20 @@ def iteration_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[
     return prompts, seeds
 
 
-def score_groups(rewards: torch.Tensor, cfg: Config) -> tuple[torch.Tensor, dict[str, Any]]:
+def score_groups(
+    rewards: torch.Tensor, cfg: Config, iteration: int = 0
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group advantages of an iteration's flat rewards (prompt-major, G per prompt) and the
-    metrics both loops report: mean reward, mean group std, zero-variance groups."""
+    metrics both loops report: mean reward, mean group std, zero-variance groups.
+
+    With ``cfg.grpo.shuffle_advantages`` (the control of a learning experiment) the advantages
+    are permuted at random across the whole batch, seeded by ``(cfg.seed, iteration)``: the
+    update keeps its size and noise but loses its signal."""
     grouped = rewards.view(-1, cfg.grpo.group_size)
     advantages = group_advantages(grouped, cfg.grpo.adv_eps, cfg.grpo.adv_clip)
+    if cfg.grpo.shuffle_advantages:
+        perm = iteration_rng(cfg.seed, iteration, SHUFFLE_STREAM).permutation(advantages.numel())
+        advantages = advantages.flatten()[torch.from_numpy(perm)].view_as(advantages)
     group_std = grouped.double().std(dim=1, unbiased=False)
     return advantages, {
         "train_reward_mean": float(grouped.mean()),
@@ -102,7 +114,7 @@ class ReferenceLoop:
         trajectories = sample(self.policy, prompts, seeds, cfg.sampler, self.weights_version)
         images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
         rewards = torch.from_numpy(self.reward(images, prompts))
-        advantages, group_stats = score_groups(rewards, cfg)
+        advantages, group_stats = score_groups(rewards, cfg, iteration)
         t1 = time.perf_counter()
         stats = grpo_update(
             self.policy,

@@ -13,8 +13,10 @@ from spotlight.config import GRPOConfig
 from spotlight.grpo import (
     LossStats,
     advantage_weighted_matching_loss,
+    diffusion_nft_loss,
     gaussian_mean_kl,
     grpo_loss,
+    nft_optimality,
 )
 from spotlight.policies.base import Policy
 from spotlight.sampler import Trajectory, step_log_prob
@@ -52,7 +54,12 @@ def grpo_update(
     ``cfg.loss`` picks the objective: ``'flow_grpo'`` replays a seeded subset of the denoising
     steps (``cfg.timestep_fraction``) and uses their log-probs; ``'awm'`` uses only the final
     samples, noised ``cfg.awm_draws`` times with ``(t, eps)`` shared by a prompt's group
-    (:func:`awm_noise`).
+    (:func:`awm_noise`); ``'nft'`` (DiffusionNFT) likewise, ``cfg.nft_draws`` times, against
+    ``v_old``, the velocity of the weights this call started with. ``v_old`` of the first chunk
+    of the first epoch is its own forward's output (no optimizer step has happened yet); that of
+    every later chunk and epoch is computed up front, before the first optimizer step, with one
+    no-grad forward per sample and draw (:func:`_nft_old_velocities`), and kept until its chunk
+    trains (one latent-sized tensor per sample and draw).
 
     Data parallel: with ``shard=(rank, world)`` this process replays only ``chunk[rank::world]``
     of each chunk, and ``grad_sync`` (e.g. an all-reduce mean) runs on the gradients before
@@ -79,32 +86,46 @@ def grpo_update(
     grid = time_grid(sampler.num_steps, sampler.shift)
     params = [step_params(grid, j, sampler.eta) for j in steps]
     rng = random.Random(seed + 1)
-    history: list[LossStats] = []
-    grad_norms: list[float] = []
+    plan: list[tuple[int, list[int]]] = []  # (epoch, this rank's sample indices) per chunk
     for epoch in range(cfg.num_inner_epochs):
         order = list(range(len(trajectories)))
         rng.shuffle(order)
         for lo in range(0, len(order), cfg.train_batch_size):
-            idx = order[lo : lo + cfg.train_batch_size][rank::world]
-            chunk = [trajectories[i] for i in idx]
-            adv = advantages.flatten()[idx]
-            optimizer.zero_grad(set_to_none=True)
-            if not chunk:
-                pass
-            elif cfg.loss == "awm":
-                for draw in range(cfg.awm_draws):
-                    key = (seed, epoch, draw)
-                    loss, stats = _awm_loss(policy, ref_policy, chunk, adv, key, cfg)
-                    (loss / cfg.awm_draws).backward()
-                    history.append(stats)
-            else:
-                for j, p in zip(steps, params, strict=True):
-                    loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
-                    (loss / len(steps)).backward()
-                    history.append(stats)
-            if grad_sync is not None:
-                grad_sync(policy.trainable_parameters())
-            grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
+            plan.append((epoch, order[lo : lo + cfg.train_batch_size][rank::world]))
+    old_velocities = (
+        _nft_old_velocities(policy, trajectories, plan, seed, cfg) if cfg.loss == "nft" else {}
+    )
+    history: list[LossStats] = []
+    grad_norms: list[float] = []
+    for k, (epoch, idx) in enumerate(plan):
+        chunk = [trajectories[i] for i in idx]
+        adv = advantages.flatten()[idx]
+        optimizer.zero_grad(set_to_none=True)
+        if not chunk:
+            pass
+        elif cfg.loss == "awm":
+            for draw in range(cfg.awm_draws):
+                key = (seed, epoch, draw)
+                loss, stats = _awm_loss(policy, ref_policy, chunk, adv, key, cfg)
+                (loss / cfg.awm_draws).backward()
+                history.append(stats)
+        elif cfg.loss == "nft":
+            for draw in range(cfg.nft_draws):
+                key = (seed, epoch, draw)
+                v_old = old_velocities.pop((k, draw), None)
+                loss, stats = _nft_loss(policy, ref_policy, chunk, adv, key, v_old, cfg)
+                (loss / cfg.nft_draws).backward()
+                history.append(stats)
+        elif cfg.loss == "flow_grpo":
+            for j, p in zip(steps, params, strict=True):
+                loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
+                (loss / len(steps)).backward()
+                history.append(stats)
+        else:
+            raise ValueError(f"unknown grpo.loss {cfg.loss!r}")
+        if grad_sync is not None:
+            grad_sync(policy.trainable_parameters())
+        grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
     out = {k: sum(getattr(s, k) for s in history) / len(history) for k in asdict(history[0])}
     out["grad_norm"] = sum(grad_norms) / len(grad_norms)
     out["num_optimizer_steps"] = float(len(grad_norms))
@@ -141,14 +162,20 @@ def awm_noise(
     return t, torch.randn(shape, generator=gen)
 
 
-def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
-    device = policy.device
+def _noised(chunk, key):
+    """``(x0, t, eps, x_t)`` of a chunk's final samples at the noise draw ``key`` (CPU)."""
     x0 = torch.stack([tr.latents for tr in chunk]).float()
     draws = [awm_noise(tr.prompt, tuple(x0.shape[1:]), key) for tr in chunk]
     t = torch.tensor([d[0] for d in draws], dtype=torch.float32)
     eps = torch.stack([d[1] for d in draws])
     tb = t.view(-1, *([1] * (x0.dim() - 1)))
-    x_t = ((1.0 - tb) * x0 + tb * eps).to(device)
+    return x0, t, eps, (1.0 - tb) * x0 + tb * eps
+
+
+def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
+    device = policy.device
+    x0, t, eps, x_t = _noised(chunk, key)
+    x_t = x_t.to(device)
     prompts = [tr.prompt for tr in chunk]
     velocity = policy.velocity(x_t, t.to(device), policy.encode_prompts(prompts))
     ref_velocity = None
@@ -159,6 +186,55 @@ def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
             )
     return advantage_weighted_matching_loss(
         velocity, (eps - x0).to(device), adv.to(device), ref_velocity, cfg.kl_beta
+    )
+
+
+def _nft_old_velocities(policy, trajectories, plan, seed, cfg):
+    """``v_old`` of every chunk but the first, at every draw: ``{(chunk, draw): velocity}``
+    under the current weights (call it before any optimizer step). Each is computed on the
+    same rows as its chunk's training forward, so it is what that forward would give at these
+    weights. The first chunk needs none: it trains before the first optimizer step."""
+    out = {}
+    with torch.no_grad():
+        for k, (epoch, idx) in enumerate(plan[1:], start=1):
+            chunk = [trajectories[i] for i in idx]
+            if not chunk:
+                continue
+            prompts = [tr.prompt for tr in chunk]
+            for draw in range(cfg.nft_draws):
+                _, t, _, x_t = _noised(chunk, (seed, epoch, draw))
+                out[(k, draw)] = policy.velocity(
+                    x_t.to(policy.device), t.to(policy.device), policy.encode_prompts(prompts)
+                ).detach()
+    return out
+
+
+def _nft_loss(policy, ref_policy, chunk, adv, key, old_velocity, cfg):
+    """DiffusionNFT loss of one chunk at one noise draw. ``old_velocity`` None: the weights are
+    still those the update started with, so ``v_old`` is this forward's own output."""
+    device = policy.device
+    x0, t, _, x_t = _noised(chunk, key)
+    x_t = x_t.to(device)
+    prompts = [tr.prompt for tr in chunk]
+    velocity = policy.velocity(x_t, t.to(device), policy.encode_prompts(prompts))
+    if old_velocity is None:
+        old_velocity = velocity.detach()
+    ref_velocity = None
+    if cfg.kl_beta > 0:
+        with torch.no_grad():
+            ref_velocity = ref_policy.velocity(
+                x_t, t.to(device), ref_policy.encode_prompts(prompts)
+            )
+    return diffusion_nft_loss(
+        velocity,
+        old_velocity,
+        x_t,
+        x0.to(device),
+        t.to(device),
+        nft_optimality(adv.to(device), cfg.adv_clip),
+        cfg.nft_beta,
+        ref_velocity,
+        cfg.kl_beta,
     )
 
 

@@ -8,7 +8,7 @@ import torch
 
 from spotlight.cli import main
 from spotlight.config import Config, GRPOConfig, PolicyConfig, SamplerConfig
-from spotlight.loop import iteration_batch, prompt_sets
+from spotlight.loop import iteration_batch, prompt_sets, score_groups
 from spotlight.recipes import RECIPES, get_recipe
 from spotlight.run_local import run_local
 
@@ -160,3 +160,17 @@ def test_ray_runner_bad_input_fails_before_ray_starts(tmp_path, capsys, monkeypa
     monkeypatch.setitem(rewards.REWARDS, "ocr", no_tesseract)
     assert main(["train", "--recipe", "tiny-ocr", "--out", str(tmp_path / "b")]) == 2
     assert "tesseract is not installed" in capsys.readouterr().err
+
+
+def test_control_runs_permute_the_advantages_across_the_batch():
+    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.2, 0.9, 0.5, 0.1])  # two groups of 4
+    cfg = FAST
+    control = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, shuffle_advantages=True))
+    real, stats = score_groups(rewards, cfg, iteration=3)
+    shuffled, control_stats = score_groups(rewards, control, iteration=3)
+    assert stats == control_stats  # the reward metrics are the real ones
+    assert shuffled.shape == real.shape
+    assert sorted(shuffled.flatten().tolist()) == sorted(real.flatten().tolist())
+    assert not torch.equal(shuffled, real)
+    assert torch.equal(shuffled, score_groups(rewards, control, iteration=3)[0])  # seeded
+    assert not torch.equal(shuffled, score_groups(rewards, control, iteration=4)[0])

@@ -34,7 +34,9 @@ class _ThreadAllReduce:
         return sync
 
 
-@pytest.mark.parametrize(("loss", "passes"), [("flow_grpo", 4), ("awm", 3)])
+# passes: prompt encodings per sample on a rank. nft: 2 draws, plus v_old of the second of the
+# two chunks (2 draws x half the samples): 2 + 1 = 3.
+@pytest.mark.parametrize(("loss", "passes"), [("flow_grpo", 4), ("awm", 3), ("nft", 3)])
 def test_two_ranks_match_one_process(small_policy, loss, passes):
     cfg_s = SamplerConfig(num_steps=4, eta=0.7, batch_size=8)
     prompts = ["a cat"] * 4 + ["a dog"] * 4
@@ -47,6 +49,7 @@ def test_two_ranks_match_one_process(small_policy, loss, passes):
         learning_rate=1e-3,
         loss=loss,
         awm_draws=3,
+        nft_draws=2,
     )
 
     full = copy.deepcopy(small_policy)
@@ -80,7 +83,7 @@ def test_two_ranks_match_one_process(small_policy, loss, passes):
     for t in threads:
         t.join()
     assert not errors
-    # half the samples x (4 steps or 3 noise draws) each
+    # half the samples x (4 steps, 3 noise draws, or 2 draws + 1 for v_old) each
     assert sum(seen[0]) == sum(seen[1]) == 8 * passes // 2
     ref = full.state_dict()
     for rank in ranks:
