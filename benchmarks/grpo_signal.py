@@ -15,10 +15,12 @@ signal (``|mu|^2 / E|g|^2``, about the expected cosine of two batches) and the b
 which the cosine would reach 0.5 (``s^2 / |mu|^2``). A control recomputes each gradient with the
 batch's advantages shuffled at random (no signal by construction): its scatter is the noise
 of the estimate. Results and what they mean: docs/tasks.md, "RL: does GRPO raise the reward?".
-Writes ``grpo_signal-<recipe>[-<batch>][-awm][-per-step].json``.
+Writes ``grpo_signal-<recipe>[-<batch>][-<loss>][-per-step].json`` (or ``--name``); ``--set``
+overrides recipe fields as ``spotlight train --set`` does (another checkpoint, sampler, loss).
 
-``--loss awm`` measures the advantage-weighted matching objective instead (``grpo.loss='awm'``,
-``--awm-draws`` noise draws per sample). ``--per-step`` (Flow-GRPO only) also measures each
+``--loss awm`` measures the advantage-weighted matching objective instead (``--awm-draws``
+noise draws per sample), ``--loss nft`` DiffusionNFT's (``--set grpo.nft_draws=N``).
+``--per-step`` (Flow-GRPO only) also measures each
 denoising step's gradient on its own: where along the trajectory the signal is.
 """
 
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spotlight.config import GRPO_LOSSES
+from spotlight.config import GRPO_LOSSES, apply_overrides
 from spotlight.grpo import grpo_loss
 from spotlight.loop import prompt_sets, score_groups
 from spotlight.policies import make_policy
@@ -63,10 +65,10 @@ def step_gradients(policy, trajectories, advantages, cfg, chunk: int = 32) -> li
     params = policy.trainable_parameters()
     n = len(trajectories)
     out = []
-    for j in range(sampler.num_steps):
+    for j in range(*sampler.sde_window):  # ODE steps outside the window have no log-prob
         for p in params:
             p.grad = None
-        p_j = step_params(grid, j, sampler.eta)
+        p_j = step_params(grid, j, sampler.sde_eta)
         for lo in range(0, n, chunk):
             part = trajectories[lo : lo + chunk]
             log_prob, _ = step_log_prob(
@@ -111,11 +113,20 @@ def main() -> None:
     ap.add_argument(
         "--per-step", action="store_true", help="also each denoising step alone (flow_grpo)"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, as for spotlight train (e.g. policy.checkpoint=PATH)",
+    )
+    ap.add_argument("--name", default=None, help="output file stem (default from the settings)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="docs/bench")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = get_recipe(args.recipe)
+    cfg = apply_overrides(get_recipe(args.recipe), args.set)
+    cfg.validate()
     if args.group:
         cfg = dataclasses.replace(cfg, grpo=dataclasses.replace(cfg.grpo, group_size=args.group))
     if args.loss:
@@ -164,15 +175,17 @@ def main() -> None:
         "shuffled_advantages": signal_stats(shuffled, n),
         "loss": cfg.grpo.loss,
         "awm_draws": cfg.grpo.awm_draws if cfg.grpo.loss == "awm" else None,
+        "nft_draws": cfg.grpo.nft_draws if cfg.grpo.loss == "nft" else None,
+        "overrides": args.set,
         "per_step": [
             {
                 "step": j,
                 "t": time_grid(cfg.sampler.num_steps, cfg.sampler.shift)[j],
-                "grad_norm_mean": float(np.mean([float(g[j].norm()) for g in steps_real])),
-                "real": signal_stats([g[j] for g in steps_real], n),
-                "shuffled_advantages": signal_stats([g[j] for g in steps_shuffled], n),
+                "grad_norm_mean": float(np.mean([float(g[k].norm()) for g in steps_real])),
+                "real": signal_stats([g[k] for g in steps_real], n),
+                "shuffled_advantages": signal_stats([g[k] for g in steps_shuffled], n),
             }
-            for j in range(cfg.sampler.num_steps)
+            for k, j in enumerate(range(*cfg.sampler.sde_window))
         ]
         if args.per_step
         else None,
@@ -183,18 +196,20 @@ def main() -> None:
         + (f" --group {args.group}" if args.group else "")
         + (f" --loss {args.loss}" if args.loss else "")
         + (f" --awm-draws {args.awm_draws}" if cfg.grpo.loss == "awm" else "")
-        + (" --per-step" if args.per_step else ""),
+        + (" --per-step" if args.per_step else "")
+        + "".join(f" --set {item}" for item in args.set)
+        + (f" --name {args.name}" if args.name else ""),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"grpo_signal-{cfg.recipe}"
     if n != 64:
         name += f"-{n}"
-    if cfg.grpo.loss == "awm":
-        name += "-awm"
+    if cfg.grpo.loss != "flow_grpo":
+        name += f"-{cfg.grpo.loss}"
     if args.per_step:
         name += "-per-step"
-    path = out / f"{name}.json"
+    path = out / f"{args.name or name}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     for name in ("real", "shuffled_advantages"):
         s = doc[name]

@@ -18,16 +18,25 @@ def make_policy(cfg: PolicyConfig, device: str = "cpu") -> Policy:
         ValueError: unknown policy name, bad options, or a checkpoint of another architecture.
     """
     if cfg.name == "tiny":
-        from spotlight.policies.tiny import TinyConfig, TinyPolicy
+        from spotlight.policies.tiny import LORA_OPTIONS, TinyConfig, TinyLoRA, TinyPolicy
 
+        # TinyConfig fields fix the architecture; lora_rank / lora_alpha / lora_targets add
+        # LoRA adapters (lora_rank 0 or absent: full fine-tuning).
+        arch_options = {k: v for k, v in cfg.options.items() if k not in LORA_OPTIONS}
         try:
-            arch = TinyConfig(**cfg.options)
+            arch = TinyConfig(**arch_options)
         except TypeError as e:
             raise ValueError(f"bad tiny policy options {cfg.options}: {e}") from None
+        lora = TinyLoRA.from_options(cfg.options)
         if cfg.checkpoint:
-            policy = TinyPolicy.load(cfg.checkpoint, expect=arch if cfg.options else None)
+            policy = TinyPolicy.load(
+                cfg.checkpoint,
+                expect=arch if arch_options else None,
+                lora=lora,
+                seed=cfg.init_seed,
+            )
         else:
-            policy = TinyPolicy(arch, seed=cfg.init_seed)
+            policy = TinyPolicy(arch, seed=cfg.init_seed, lora=lora)
         return policy.to(device)
     if cfg.name == "qwen-image":
         from spotlight.policies.qwen_image import QwenImagePolicy

@@ -8,6 +8,28 @@ from typing import Protocol
 import numpy as np
 import torch
 
+LORA_TARGETS = (
+    "to_q",
+    "to_k",
+    "to_v",
+    "to_out.0",
+    "add_q_proj",
+    "add_k_proj",
+    "add_v_proj",
+    "to_add_out",
+)
+"""Attention projections of the image and text streams of a ``QwenImageTransformer2DModel``
+that get LoRA adapters (all blocks): module-name suffixes, as peft matches them."""
+
+
+def last_block_text_only(transformer: torch.nn.Module) -> list[str]:
+    """Names of the last block's attention projections that only feed the text stream, which
+    the transformer discards after that block: the text queries ``add_q_proj`` (they only
+    make the text tokens' attention output) and ``to_add_out``. A LoRA adapter there never gets
+    a gradient."""
+    last = f"transformer_blocks.{len(transformer.transformer_blocks) - 1}.attn"
+    return [f"{last}.add_q_proj", f"{last}.to_add_out"]
+
 
 @dataclass
 class TextCond:
@@ -64,7 +86,8 @@ class Policy(Protocol):
         ...
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """Parameters the GRPO update changes (all of the tiny model; LoRA for large models)."""
+        """Parameters the GRPO update changes (all of the tiny model or its LoRA adapters; LoRA
+        for large models)."""
         ...
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -24,23 +24,13 @@ from peft import LoraConfig
 from torch import nn
 
 from spotlight.policies.base import (
+    LORA_TARGETS,
     TextCond,
     check_latents,
     check_state_matches,
     qwen_transformer_velocity,
 )
 
-LORA_TARGETS = (
-    "to_q",
-    "to_k",
-    "to_v",
-    "to_out.0",
-    "add_q_proj",
-    "add_k_proj",
-    "add_v_proj",
-    "to_add_out",
-)
-"""Attention projections of the image and text streams that get LoRA adapters (all blocks)."""
 NULL_PROMPT = " "
 """Unconditional prompt for classifier-free guidance: the single space Qwen-Image's docs use."""
 PROMPT_CACHE_SIZE = 256

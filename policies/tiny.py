@@ -3,6 +3,14 @@
 A few million parameters that sample in tens of milliseconds on a laptop CPU, with a byte-level
 text encoder. Same transformer class, token packing and RoPE as the real model, so the sampler,
 the GRPO update and the Ray shell run unchanged on both.
+
+Full fine-tuning by default; with a :class:`TinyLoRA` (policy options ``lora_rank``,
+``lora_alpha``, ``lora_targets``) peft LoRA adapters on the attention projections are trained
+instead, as for Qwen-Image, and everything else is frozen. A LoRA policy's ``state_dict`` (what
+checkpoints and the weight broadcast carry) holds the base weights *and* the adapters, under
+peft's names (``...to_q.base_layer.weight``, ``...to_q.lora_A.default.weight``), so any process
+that builds the same policy can load it; its checkpoint metadata records the LoRA settings, so
+:meth:`TinyPolicy.load` rebuilds the adapters before loading.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,14 +29,20 @@ from safetensors.torch import load_file, safe_open, save_file
 from torch import nn
 
 from spotlight.policies.base import (
+    LORA_TARGETS,
     TextCond,
     check_latents,
     check_state_matches,
+    last_block_text_only,
     qwen_transformer_velocity,
 )
 from spotlight.policies.text import ByteTextEncoder, tokenize
 
 FORMAT_KEY = "spotlight_policy"
+LORA_KEY = "lora"
+"""Checkpoint metadata key of a LoRA policy's :class:`TinyLoRA` (JSON); absent without LoRA."""
+LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_targets")
+"""Policy options (``PolicyConfig.options``) that configure LoRA rather than the architecture."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +82,75 @@ class TinyConfig:
         return frame, row, self.head_dim - frame - row
 
 
+@dataclass(frozen=True)
+class TinyLoRA:
+    """LoRA adapters (peft) on the tiny transformer: trained instead of the whole model."""
+
+    rank: int = 8
+    """LoRA rank r (policy option ``lora_rank``; 0 there means full fine-tuning, no adapters)."""
+    alpha: float | None = None
+    """LoRA alpha (option ``lora_alpha``): the update is scaled by alpha / r; None = r."""
+    targets: tuple[str, ...] = LORA_TARGETS
+    """Module-name suffixes in the transformer that get adapters (option ``lora_targets``),
+    matched as peft matches them (e.g. ``to_q`` is every block's ``attn.to_q``); the default is
+    the attention projections of both streams. The last block's text-only projections
+    (``attn.add_q_proj``, ``attn.to_add_out``) are always left out: they never get a
+    gradient."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.targets, list):  # from JSON
+            object.__setattr__(self, "targets", tuple(self.targets))
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"LoRA rank must be an int >= 1, got {self.rank!r}")
+        if self.alpha is not None and (
+            isinstance(self.alpha, bool)
+            or not isinstance(self.alpha, int | float)
+            or not self.alpha > 0
+        ):
+            raise ValueError(
+                f"LoRA alpha must be a number > 0 (or None = rank), got {self.alpha!r}"
+            )
+        if (
+            not isinstance(self.targets, tuple)
+            or not self.targets
+            or not all(isinstance(t, str) and t for t in self.targets)
+        ):
+            raise ValueError(
+                f"LoRA targets must be a non-empty list of module names, got {self.targets!r}"
+            )
+
+    @staticmethod
+    def from_options(options: dict[str, Any]) -> TinyLoRA | None:
+        """The LoRA that policy options ask for (None: ``lora_rank`` 0 or absent).
+
+        Raises:
+            ValueError: bad values, or ``lora_alpha``/``lora_targets`` without a ``lora_rank``.
+        """
+        rank = options.get("lora_rank", 0)
+        if rank == 0 and not isinstance(rank, bool):
+            extra = [k for k in ("lora_alpha", "lora_targets") if k in options]
+            if extra:
+                raise ValueError(
+                    f"policy options {extra} need lora_rank >= 1 (lora_rank 0: full fine-tuning)"
+                )
+            return None
+        return TinyLoRA(
+            rank=rank,
+            alpha=options.get("lora_alpha"),
+            targets=options.get("lora_targets", LORA_TARGETS),
+        )
+
+
 class TinyPolicy(nn.Module):
     """Tiny text-to-image flow model, the default policy of every local run and test."""
 
     name = "tiny"
 
-    def __init__(self, config: TinyConfig | None = None, seed: int = 0):
+    def __init__(
+        self, config: TinyConfig | None = None, seed: int = 0, lora: TinyLoRA | None = None
+    ):
+        """A randomly initialised policy (seeded; the global RNG is left alone), with LoRA
+        adapters when ``lora`` is given (their random half seeded from ``seed`` too)."""
         super().__init__()
         self.config = config = config or TinyConfig()
         with torch.random.fork_rng(devices=[]):
@@ -89,6 +167,55 @@ class TinyPolicy(nn.Module):
                 axes_dims_rope=config.rope_axes,
             )
         self.latent_shape = (config.channels, config.height, config.width)
+        self.lora: TinyLoRA | None = None
+        """The LoRA adapters trained instead of the whole model (None: full fine-tuning)."""
+        if lora is not None:
+            self.add_lora(lora, seed)
+
+    def add_lora(self, lora: TinyLoRA, seed: int = 0) -> None:
+        """Freeze the model and add trainable LoRA adapters (peft, ``init_lora_weights=
+        'gaussian'`` as Flow-GRPO: A random, drawn from a seed derived from ``seed``, B = 0, so
+        the velocity is unchanged until the first optimizer step).
+
+        Raises:
+            ValueError: the policy already has adapters, or a target names no linear layer.
+        """
+        from peft import LoraConfig
+
+        if self.lora is not None:
+            raise ValueError(f"the policy already has LoRA adapters ({self.lora})")
+        linear = [n for n, m in self.transformer.named_modules() if isinstance(m, nn.Linear)]
+        unmatched = [
+            t for t in lora.targets if not any(n == t or n.endswith("." + t) for n in linear)
+        ]
+        if unmatched:
+            raise ValueError(
+                f"LoRA targets {unmatched} match no linear layer of the tiny transformer (e.g."
+                f" {', '.join(LORA_TARGETS)}, img_mlp.net.2, proj_out)"
+            )
+        self.requires_grad_(False)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_lora_seed(seed))
+            self.transformer.add_adapter(
+                LoraConfig(
+                    r=lora.rank,
+                    lora_alpha=lora.alpha if lora.alpha is not None else lora.rank,
+                    init_lora_weights="gaussian",
+                    target_modules=list(lora.targets),
+                    exclude_modules=last_block_text_only(self.transformer),
+                )
+            )
+        for p in lora_parameters(self.transformer):
+            p.requires_grad_(True)
+        self.lora = lora
+
+    def base_state_dict(self) -> dict[str, torch.Tensor]:
+        """The base model's weights under plain (non-peft) names: the state of this policy with
+        the adapters removed (the policy itself without LoRA)."""
+        state = self.state_dict()
+        if self.lora is None:
+            return state
+        return {k.replace(".base_layer.", "."): v for k, v in state.items() if ".lora_" not in k}
 
     # -- Policy interface ------------------------------------------------------------------
     @property
@@ -118,20 +245,32 @@ class TinyPolicy(nn.Module):
         return pixels.permute(0, 2, 3, 1).cpu().numpy()
 
     def trainable_parameters(self) -> list[nn.Parameter]:
+        """Every parameter, or with LoRA only the adapters' (the rest is frozen)."""
+        if self.lora is not None:
+            return lora_parameters(self.transformer)
         return [p for p in self.parameters() if p.requires_grad]
 
     def frozen_reference(self) -> TinyPolicy:
-        """The KL reference: a frozen copy of the current weights."""
-        return copy.deepcopy(self).requires_grad_(False)
+        """The KL reference: a frozen copy of the current weights; with LoRA, of the base model
+        (the adapters left out: the initial policy, since LoRA starts at B = 0)."""
+        if self.lora is None:
+            return copy.deepcopy(self).requires_grad_(False)
+        ref = TinyPolicy(self.config)
+        ref.load_state_dict({k: v.detach().clone() for k, v in self.base_state_dict().items()})
+        return ref.to(self.device).requires_grad_(False)
 
     def load_state_dict(self, state, strict: bool = True, assign: bool = False):  # type: ignore[override]
-        check_state_matches(self.state_dict(), state, self.name)
+        what = self.name if self.lora is None else f"{self.name} LoRA (rank {self.lora.rank})"
+        check_state_matches(self.state_dict(), state, what)
         return super().load_state_dict(state, strict=strict, assign=assign)
 
     # -- Checkpoints -----------------------------------------------------------------------
     def checkpoint_metadata(self) -> dict[str, str]:
-        """Safetensors metadata naming the architecture (what :meth:`load` checks)."""
-        return {FORMAT_KEY: self.name, "config": json.dumps(dataclasses.asdict(self.config))}
+        """Safetensors metadata naming the architecture and the LoRA (what :meth:`load` reads)."""
+        meta = {FORMAT_KEY: self.name, "config": json.dumps(dataclasses.asdict(self.config))}
+        if self.lora is not None:
+            meta[LORA_KEY] = json.dumps(dataclasses.asdict(self.lora))
+        return meta
 
     def save(
         self,
@@ -148,12 +287,22 @@ class TinyPolicy(nn.Module):
         save_file(state, str(path), metadata=metadata)
 
     @classmethod
-    def load(cls, path: str | Path, expect: TinyConfig | None = None) -> TinyPolicy:
+    def load(
+        cls,
+        path: str | Path,
+        expect: TinyConfig | None = None,
+        lora: TinyLoRA | None = None,
+        seed: int = 0,
+    ) -> TinyPolicy:
         """Load a checkpoint written by :meth:`save`.
 
+        A checkpoint of a LoRA policy loads with its adapters (its metadata names them); one
+        without adapters gets fresh ones when ``lora`` is given (seeded by ``seed``): how a LoRA
+        run starts from a pretrained base checkpoint.
+
         Raises:
-            ValueError: the file is not a tiny-policy checkpoint, or its architecture differs from
-                ``expect`` when given.
+            ValueError: the file is not a tiny-policy checkpoint, its architecture differs from
+                ``expect`` when given, or it holds other LoRA adapters than ``lora``.
         """
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -165,6 +314,22 @@ class TinyPolicy(nn.Module):
         config = TinyConfig(**json.loads(meta["config"]))
         if expect is not None and expect != config:
             raise ValueError(f"{path} has architecture {config}, expected {expect}")
-        policy = cls(config)
+        saved = TinyLoRA(**json.loads(meta[LORA_KEY])) if LORA_KEY in meta else None
+        if saved is not None and lora is not None and saved != lora:
+            raise ValueError(f"{path} holds LoRA adapters {saved}, expected {lora}")
+        policy = cls(config, lora=saved)
         policy.load_state_dict(load_file(str(path)))
+        if saved is None and lora is not None:
+            policy.add_lora(lora, seed)
         return policy
+
+
+def lora_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The LoRA parameters of ``module`` (peft names them ``...lora_A...``, ``...lora_B...``)."""
+    return [p for n, p in module.named_parameters() if ".lora_" in n]
+
+
+def _lora_seed(seed: int) -> int:
+    """Seed of the LoRA adapters' initialisation: derived from the policy seed, so the adapters
+    do not repeat the draws of the base model's initialisation."""
+    return (seed * 1_000_003 + 0x10A) % 2**63

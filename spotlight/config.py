@@ -27,12 +27,56 @@ class SamplerConfig:
     """Rows per model forward. The model always runs on exactly this many rows (a short batch is
     padded), so a sample's bits do not depend on what else shares its batch: matrix kernels pick
     their reduction order by shape. Part of the reproducibility contract, like dtype."""
+    sde_window_start: int = 0
+    """First stochastic (SDE) step (Flow-GRPO-Fast, TempFlow-GRPO): steps ``[sde_window_start,
+    sde_window_end)`` draw their noise into the sample and record a log-prob; every other step
+    is a deterministic ODE (Euler) step ``x + v dt``. The defaults (0, None) make every step an
+    SDE step (Flow-GRPO). Two ints rather than a tuple, so configs round-trip through JSON and
+    ``--set``. Every step still draws its noise from the sample's generator (ODE steps discard
+    it), so a seed's noise at step k does not depend on the window."""
+    sde_window_end: int | None = None
+    """One past the last SDE step (None = ``num_steps``). See ``sde_window_start``."""
+    window_eta: float | None = None
+    """SDE noise level inside the window (Flow-GRPO-Fast uses 0.8-1.2 on a short window);
+    None = ``eta``. The GRPO update replays the window's steps with it."""
+    group_init_noise: bool = False
+    """The G members of a prompt's group share their initial noise x(t=1) (DanceGRPO
+    ``--init_same_noise``), so they differ only by their SDE steps' noise. The loop draws one
+    init seed per group (``spotlight.loop.iteration_batch(..., with_init_seeds=True)``) and
+    passes it to the sampler; a trajectory records it as ``init_seed``. Without an init seed
+    (validation) a sample's initial noise comes from its own seed as usual."""
+
+    @property
+    def sde_window(self) -> tuple[int, int]:
+        """The SDE steps ``[start, end)``, resolved (``(0, num_steps)`` by default)."""
+        end = self.num_steps if self.sde_window_end is None else self.sde_window_end
+        return self.sde_window_start, end
+
+    @property
+    def sde_eta(self) -> float:
+        """The noise level of the SDE steps: ``window_eta``, else ``eta``."""
+        return self.eta if self.window_eta is None else self.window_eta
+
+    def is_sde_step(self, step: int) -> bool:
+        """Whether step ``step`` (``grid[step] -> grid[step + 1]``) is stochastic."""
+        start, end = self.sde_window
+        return start <= step < end
 
     def validate(self) -> None:
         if self.num_steps < 2:
             raise ValueError(f"sampler.num_steps must be >= 2, got {self.num_steps}")
         if self.eta <= 0:
             raise ValueError(f"sampler.eta must be > 0 (the log-probs need noise), got {self.eta}")
+        start, end = self.sde_window
+        if not 0 <= start < end <= self.num_steps:
+            raise ValueError(
+                f"sampler.sde_window [{start}, {end}) must satisfy 0 <= start < end <= num_steps"
+                f" ({self.num_steps}): at least one SDE step, inside the denoising steps"
+            )
+        if self.window_eta is not None and self.window_eta <= 0:
+            raise ValueError(
+                f"sampler.window_eta must be > 0 (the log-probs need noise), got {self.window_eta}"
+            )
         if self.shift <= 0:
             raise ValueError(f"sampler.shift must be > 0, got {self.shift}")
         if self.batch_size < 1:
@@ -61,7 +105,9 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping norm (<= 0 disables)."""
     timestep_fraction: float = 0.5
-    """Fraction of the denoising steps trained on (a random subset per iteration)."""
+    """Fraction of the denoising steps trained on (a random subset per iteration); with a
+    ``sampler.sde_window``, of the window's steps (the others are ODE steps, without log-probs).
+    'flow_grpo' only."""
     num_inner_epochs: int = 1
     """Passes over the rollout per iteration (ratios move away from 1 after the first)."""
     train_batch_size: int = 16
@@ -122,11 +168,17 @@ class PolicyConfig:
     name: str = "tiny"
     """Policy family: 'tiny' or 'qwen-image'."""
     init_seed: int = 0
-    """Seed of the random initialisation (tiny) when no checkpoint is given."""
+    """Seed of the random initialisation (tiny) when no checkpoint is given, and of new LoRA
+    adapters (tiny with ``lora_rank``, also on top of a checkpoint)."""
     checkpoint: str | None = None
     """Safetensors checkpoint to start from (tiny) or a diffusers model folder (qwen-image)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """Family-specific options (e.g. TinyConfig fields, LoRA rank)."""
+    """Family-specific options. tiny: TinyConfig fields, and ``lora_rank`` (0 = full
+    fine-tuning, the default; >= 1 trains peft LoRA adapters only), ``lora_alpha`` (default
+    the rank), ``lora_targets`` (module-name suffixes, default the attention projections
+    ``to_q, to_k, to_v, to_out.0, add_q_proj, add_k_proj, add_v_proj, to_add_out``); see
+    spotlight.policies.tiny.TinyLoRA. qwen-image: ``QwenImagePolicy.from_pretrained``'s
+    keyword arguments (``lora_rank``, ``height``, ...)."""
 
 
 @dataclass(frozen=True)

@@ -649,9 +649,7 @@ class Controller:
             extra["rank_spearman_stale_fresh"] = rank_preservation(
                 {p: selection.selected_rewards[p] for p in chosen}, fresh
             )
-        advantages, group_stats = score_groups(
-            torch.tensor(rewards, dtype=torch.float32), cfg, it
-        )
+        advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg, it)
         t1 = time.perf_counter()
         sample_s = self._last_sample_s = t1 - t0
         if rolled_r:
@@ -939,6 +937,11 @@ def run_ray(
     opts = opts or RayOptions()
     cfg.validate()
     opts.validate()
+    if cfg.sampler.group_init_noise:  # work items carry (prompt, seed) pairs only, so far
+        raise ValueError(
+            "sampler.group_init_noise is not supported by the Ray runner yet (its work items"
+            " carry no init seeds, so group members would not share their initial noise)"
+        )
     preflight_reward(cfg.reward)  # e.g. no tesseract: say so before Ray starts
     out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:

@@ -35,14 +35,28 @@ def iteration_rng(seed: int, iteration: int, stream: int) -> np.random.Generator
     return np.random.default_rng([seed, iteration, stream])
 
 
-def iteration_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[str], list[int]]:
-    """The (prompt, seed) pairs of an iteration: B prompts from the pool, G random seeds each."""
+def iteration_batch(
+    cfg: Config, pool: list[str], iteration: int, with_init_seeds: bool = False
+) -> tuple[list[str], list[int]] | tuple[list[str], list[int], list[int] | None]:
+    """The (prompt, seed) pairs of an iteration: B prompts from the pool, G random seeds each.
+
+    With ``with_init_seeds`` also the init seeds (the ``init_seeds`` of
+    :func:`spotlight.sampler.sample`): when ``cfg.sampler.group_init_noise`` one random seed per
+    group, repeated for its G members (so they share their initial noise), else None. They are
+    drawn after the seeds, so prompts and seeds are the same either way.
+    """
     rng = iteration_rng(cfg.seed, iteration, 0)
     idx = rng.choice(len(pool), size=cfg.num_prompts_per_iteration, replace=False)
     group = cfg.grpo.group_size
     prompts = [pool[i] for i in idx for _ in range(group)]
     seeds = rng.integers(0, _SEED_SPACE, size=len(prompts)).tolist()
-    return prompts, seeds
+    if not with_init_seeds:
+        return prompts, seeds
+    init_seeds = None
+    if cfg.sampler.group_init_noise:
+        per_group = rng.integers(0, _SEED_SPACE, size=len(idx)).tolist()
+        init_seeds = [s for s in per_group for _ in range(group)]
+    return prompts, seeds, init_seeds
 
 
 def score_groups(
@@ -110,8 +124,12 @@ class ReferenceLoop:
         """Sample, score, update. Returns the iteration's metrics."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        prompts, seeds = iteration_batch(cfg, self.train_prompts, iteration)
-        trajectories = sample(self.policy, prompts, seeds, cfg.sampler, self.weights_version)
+        prompts, seeds, init_seeds = iteration_batch(
+            cfg, self.train_prompts, iteration, with_init_seeds=True
+        )
+        trajectories = sample(
+            self.policy, prompts, seeds, cfg.sampler, self.weights_version, init_seeds=init_seeds
+        )
         images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
         rewards = torch.from_numpy(self.reward(images, prompts))
         advantages, group_stats = score_groups(rewards, cfg, iteration)

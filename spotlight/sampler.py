@@ -5,6 +5,21 @@ that draws the initial noise and then every step's noise, in order. Noise is dra
 and moved to the model's device, so it does not depend on the device or on batch composition.
 A trajectory can stop after any step, serialize to bytes (latents, step index, generator state,
 weights version, the recorded path) and resume in another process.
+
+Two Flow-GRPO-Fast options keep that contract (see :class:`SamplerConfig`):
+
+* **SDE window.** Only the steps in ``sampler.sde_window`` are stochastic; the others are ODE
+  (Euler) steps. Every step, ODE or SDE, draws one latent-sized noise tensor from the generator,
+  in order (ODE steps discard it), so the generator's position after step k, and the noise a
+  seed gives step k, do not depend on the window. ODE steps record a log-prob of 0.0 (a
+  placeholder, not a density: the GRPO update trains only window steps).
+* **Shared initial noise.** ``init_seed`` (optional) seeds the initial noise alone, in its own
+  generator. The seed's generator still draws (and then discards) its own initial noise first,
+  so its step noise is the same with or without an ``init_seed``, and ``init_seed == seed`` is
+  the same trajectory as no ``init_seed``. A group sharing an ``init_seed`` shares ``xs[0]`` and
+  differs only where its seeds' step noise enters: inside the SDE window.
+
+So (prompt, seed, init_seed, sampler, weights) fix a trajectory bit for bit.
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ from spotlight.policies.base import Policy, TextCond
 from spotlight.sde import (
     StepParams,
     gaussian_log_prob,
+    ode_step,
     sde_mean,
     sde_step,
     step_params,
@@ -44,7 +60,11 @@ class Trajectory:
     xs: list[torch.Tensor] = field(default_factory=list)
     """x at grid[0..step] (step + 1 tensors): what the GRPO update replays."""
     log_probs: list[float] = field(default_factory=list)
-    """log p(x_{k+1} | x_k) for k < step, float32 per-element mean (Flow-GRPO)."""
+    """log p(x_{k+1} | x_k) for k < step, float32 per-element mean (Flow-GRPO); 0.0 for the ODE
+    steps outside ``sampler.sde_window`` (a placeholder: they have no density)."""
+    init_seed: int | None = None
+    """Seed of the initial noise when it is shared (``sampler.group_init_noise``); None: the
+    initial noise came from ``seed``'s generator."""
 
     @property
     def done(self) -> bool:
@@ -61,6 +81,7 @@ class Trajectory:
         meta = {
             "prompt": self.prompt,
             "seed": self.seed,
+            "init_seed": self.init_seed,
             "weights_version": self.weights_version,
             "step": self.step,
             "sampler": self.sampler.__dict__,
@@ -83,6 +104,7 @@ class Trajectory:
             generator_state=tensors["generator_state"],
             xs=list(tensors["xs"].unbind(0)),
             log_probs=tensors["log_probs"].tolist(),
+            init_seed=meta.get("init_seed"),
         )
 
 
@@ -92,13 +114,23 @@ def start_trajectory(
     latent_shape: tuple[int, ...],
     sampler: SamplerConfig,
     weights_version: int = 0,
+    init_seed: int | None = None,
 ) -> Trajectory:
-    """Draw the initial noise x(t=1) from the seed."""
+    """Draw the initial noise x(t=1) from the seed, or from ``init_seed`` when given.
+
+    The seed's generator draws its own initial noise either way (discarded when ``init_seed``
+    is given), so the step noise that follows is the same with or without ``init_seed``.
+    """
     sampler.validate()
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if init_seed is not None and (not isinstance(init_seed, int) or init_seed < 0):
+        raise ValueError(f"init_seed must be None or a non-negative int, got {init_seed!r}")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(latent_shape, generator=gen, dtype=torch.float32)
+    if init_seed is not None:
+        shared = torch.Generator(device="cpu").manual_seed(init_seed)
+        x = torch.randn(latent_shape, generator=shared, dtype=torch.float32)
     return Trajectory(
         prompt=prompt,
         seed=seed,
@@ -108,6 +140,7 @@ def start_trajectory(
         latents=x,
         generator_state=gen.get_state(),
         xs=[x.clone()],
+        init_seed=init_seed,
     )
 
 
@@ -195,11 +228,11 @@ def _one_step(
     cond: TextCond,
     batch_size: int,
 ) -> None:
-    """One step for up to ``batch_size`` trajectories; the forward is padded to ``batch_size``."""
-    params = [
-        step_params(time_grid(tr.sampler.num_steps, tr.sampler.shift), tr.step, tr.sampler.eta)
-        for tr in trs
-    ]
+    """One step for up to ``batch_size`` trajectories; the forward is padded to ``batch_size``.
+
+    A step outside a trajectory's SDE window is an ODE step; it still draws its noise (unused).
+    """
+    params = [_step(tr) for tr in trs]
     pad = [0] * (batch_size - len(trs))  # padding rows repeat row 0; their output is dropped
     x = torch.stack([tr.latents for tr in trs] + [trs[0].latents for _ in pad]).to(policy.device)
     t = torch.tensor(
@@ -212,11 +245,22 @@ def _one_step(
         v = guided_velocity(policy, x, t, cond, trs[0].sampler.guidance_scale).float().cpu()
     for i, (tr, gen, p) in enumerate(zip(trs, gens, params, strict=True)):
         noise = torch.randn(tr.latents.shape, generator=gen, dtype=torch.float32)
-        x_next, log_prob = sde_step(tr.latents[None], v[i : i + 1], p, noise[None])
+        if tr.sampler.is_sde_step(tr.step):
+            x_next, log_prob = sde_step(tr.latents[None], v[i : i + 1], p, noise[None])
+            lp = float(log_prob[0])
+        else:  # deterministic: the noise drawn above is discarded (see the module docstring)
+            x_next, lp = ode_step(tr.latents[None], v[i : i + 1], p.t, p.t_next), 0.0
         tr.latents = x_next[0]
         tr.xs.append(x_next[0].clone())
-        tr.log_probs.append(float(log_prob[0]))
+        tr.log_probs.append(lp)
         tr.step += 1
+
+
+def _step(tr: Trajectory) -> StepParams:
+    """The scalars of ``tr``'s next step (its sigma is only used inside the SDE window)."""
+    return step_params(
+        time_grid(tr.sampler.num_steps, tr.sampler.shift), tr.step, tr.sampler.sde_eta
+    )
 
 
 def sample(
@@ -225,13 +269,18 @@ def sample(
     seeds: list[int],
     sampler: SamplerConfig,
     weights_version: int = 0,
+    init_seeds: list[int] | None = None,
 ) -> list[Trajectory]:
-    """Sample one finished trajectory per (prompt, seed)."""
+    """Sample one finished trajectory per (prompt, seed), with the initial noise of
+    ``init_seeds[i]`` when given (one per sample; a group repeats its init seed)."""
     if len(prompts) != len(seeds):
         raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+    if init_seeds is not None and len(init_seeds) != len(seeds):
+        raise ValueError(f"{len(seeds)} seeds but {len(init_seeds)} init seeds")
+    inits = init_seeds if init_seeds is not None else [None] * len(seeds)
     trajectories = [
-        start_trajectory(p, s, policy.latent_shape, sampler, weights_version)
-        for p, s in zip(prompts, seeds, strict=True)
+        start_trajectory(p, s, policy.latent_shape, sampler, weights_version, init_seed=i)
+        for p, s, i in zip(prompts, seeds, inits, strict=True)
     ]
     advance(policy, trajectories)
     return trajectories

@@ -8,6 +8,9 @@ with the same marginals:
     dx = [v + sigma_t^2 / (2 t) * (x + (1 - t) v)] dt + sigma_t dW
     sigma_t = eta * sqrt(t / (1 - t))
 
+Outside a sampler's SDE window (Flow-GRPO-Fast) a step is the plain ODE (Euler) step
+``x_next = x + v dt`` (:func:`ode_step`), which has no density and so no log-prob.
+
 Pure tensor math, no model and no Ray: the sampler, the GRPO loss and the tests share it.
 """
 
@@ -126,3 +129,14 @@ def sde_step(
     mean = sde_mean(sample, velocity, p)
     x_next = mean + p.std * noise.float()
     return x_next, gaussian_log_prob(x_next, mean, p.std)
+
+
+def ode_step(sample: torch.Tensor, velocity: torch.Tensor, t: float, t_next: float) -> torch.Tensor:
+    """One deterministic Euler step of ``dx = v dt``: ``x + v (t_next - t)``, float32."""
+    if sample.shape != velocity.shape:
+        raise ValueError(
+            f"sample {tuple(sample.shape)} and velocity {tuple(velocity.shape)} differ"
+        )
+    if not 0.0 <= t_next < t <= 1.0:
+        raise ValueError(f"need 0 <= t_next < t <= 1, got t={t}, t_next={t_next}")
+    return sample.float() + velocity.float() * (t_next - t)

@@ -23,15 +23,23 @@ from spotlight.sampler import Trajectory, step_log_prob
 from spotlight.sde import step_params, time_grid
 
 
-def train_step_indices(num_steps: int, fraction: float, seed: int) -> list[int]:
+def train_step_indices(
+    num_steps: int, fraction: float, seed: int, window: tuple[int, int] | None = None
+) -> list[int]:
     """The denoising steps trained on this iteration: a seeded random subset, sorted.
 
-    ``max(1, round(fraction * num_steps))`` of the ``num_steps`` steps.
+    ``max(1, round(fraction * n))`` of the ``n`` steps of ``window = [start, end)`` (the
+    sampler's SDE window; None = all ``num_steps`` steps, the same subset as ``(0, num_steps)``).
     """
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"timestep fraction must be in (0, 1], got {fraction}")
-    k = max(1, round(fraction * num_steps))
-    return sorted(random.Random(seed).sample(range(num_steps), k))
+    start, end = (0, num_steps) if window is None else window
+    if not 0 <= start < end <= num_steps:
+        raise ValueError(
+            f"step window [{start}, {end}) must satisfy 0 <= start < end <= {num_steps}"
+        )
+    k = max(1, round(fraction * (end - start)))
+    return sorted(random.Random(seed).sample(range(start, end), k))
 
 
 def grpo_update(
@@ -52,7 +60,8 @@ def grpo_update(
     ``cfg.num_inner_epochs``. Returns the mean of each loss statistic.
 
     ``cfg.loss`` picks the objective: ``'flow_grpo'`` replays a seeded subset of the denoising
-    steps (``cfg.timestep_fraction``) and uses their log-probs; ``'awm'`` uses only the final
+    steps (``cfg.timestep_fraction`` of the sampler's SDE window: ODE steps outside it have no
+    log-prob) and uses their log-probs, at the window's noise level; ``'awm'`` uses only the final
     samples, noised ``cfg.awm_draws`` times with ``(t, eps)`` shared by a prompt's group
     (:func:`awm_noise`); ``'nft'`` (DiffusionNFT) likewise, ``cfg.nft_draws`` times, against
     ``v_old``, the velocity of the weights this call started with. ``v_old`` of the first chunk
@@ -82,9 +91,13 @@ def grpo_update(
     if cfg.kl_beta > 0 and ref_policy is None:
         raise ValueError("kl_beta > 0 needs a reference policy")
     sampler = trajectories[0].sampler
-    steps = train_step_indices(sampler.num_steps, cfg.timestep_fraction, seed)
+    if cfg.loss == "flow_grpo":
+        _check_same_steps(trajectories)
+    steps = train_step_indices(
+        sampler.num_steps, cfg.timestep_fraction, seed, window=sampler.sde_window
+    )
     grid = time_grid(sampler.num_steps, sampler.shift)
-    params = [step_params(grid, j, sampler.eta) for j in steps]
+    params = [step_params(grid, j, sampler.sde_eta) for j in steps]
     rng = random.Random(seed + 1)
     plan: list[tuple[int, list[int]]] = []  # (epoch, this rank's sample indices) per chunk
     for epoch in range(cfg.num_inner_epochs):
@@ -130,6 +143,23 @@ def grpo_update(
     out["grad_norm"] = sum(grad_norms) / len(grad_norms)
     out["num_optimizer_steps"] = float(len(grad_norms))
     return out
+
+
+def _check_same_steps(trajectories: list[Trajectory]) -> None:
+    """Raise unless every trajectory took the same steps (grid, SDE window and noise level,
+    guidance): the replay uses the first one's for all."""
+
+    def steps(s):
+        return s.num_steps, s.shift, s.sde_window, s.sde_eta, s.guidance_scale
+
+    first = steps(trajectories[0].sampler)
+    other = [i for i, tr in enumerate(trajectories) if steps(tr.sampler) != first]
+    if other:
+        raise ValueError(
+            f"trajectories {other[:5]} were sampled with other steps (num_steps, shift,"
+            f" sde_window, sde eta, guidance) than trajectory 0 {first}: 'flow_grpo' replays"
+            " one set of steps"
+        )
 
 
 def _step_loss(policy, ref_policy, chunk, adv, j, p, cfg):

@@ -174,3 +174,31 @@ def test_control_runs_permute_the_advantages_across_the_batch():
     assert not torch.equal(shuffled, real)
     assert torch.equal(shuffled, score_groups(rewards, control, iteration=3)[0])  # seeded
     assert not torch.equal(shuffled, score_groups(rewards, control, iteration=4)[0])
+
+
+def test_the_local_loop_shares_initial_noise_within_groups_when_asked(monkeypatch):
+    import spotlight.loop as loop_module
+    from spotlight.loop import ReferenceLoop
+    from spotlight.policies import make_policy
+    from spotlight.rewards import build_reward
+
+    captured = []
+    real_sample = loop_module.sample
+
+    def spy(*args, **kwargs):
+        trajectories = real_sample(*args, **kwargs)
+        captured.append(trajectories)
+        return trajectories
+
+    monkeypatch.setattr(loop_module, "sample", spy)
+    cfg = dataclasses.replace(
+        FAST, sampler=dataclasses.replace(FAST.sampler, group_init_noise=True)
+    )
+    loop = ReferenceLoop(cfg, make_policy(cfg.policy, "cpu"), build_reward(cfg.reward))
+    loop.run_iteration(0)
+    (trajs,) = captured
+    g = cfg.grpo.group_size
+    starts = [torch.stack([t.xs[0] for t in trajs[i : i + g]]) for i in range(0, len(trajs), g)]
+    assert all(torch.equal(s[0], s[k]) for s in starts for k in range(g))
+    assert not torch.equal(starts[0][0], starts[1][0])
+    assert len({t.seed for t in trajs}) == len(trajs)  # the step noise stays per sample
