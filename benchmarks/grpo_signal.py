@@ -14,7 +14,8 @@ the mean pairwise dot product and the mean squared norm: the share of a batch gr
 signal (``|mu|^2 / E|g|^2``, about the expected cosine of two batches) and the batch size at
 which the cosine would reach 0.5 (``s^2 / |mu|^2``). A control recomputes each gradient with the
 batch's advantages shuffled at random (no signal by construction): its scatter is the noise
-of the estimate. Results and what they mean: docs/tasks.md, "RL: does GRPO raise the reward?".
+of the estimate. Results and what they mean: docs/tasks.md ("RL that learns: OCR-mini v2", and
+the v1 section).
 Writes ``grpo_signal-<recipe>[-<batch>][-<loss>][-per-step].json`` (or ``--name``); ``--set``
 overrides recipe fields as ``spotlight train --set`` does (another checkpoint, sampler, loss).
 

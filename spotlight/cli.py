@@ -38,6 +38,12 @@ def _train(args: argparse.Namespace) -> int:
             raise ValueError("--spot-trace replays preemptions on Ray: use --runner ray")
         from spotlight.run_local import run_local  # torch import: after argument checks
 
+        if cfg.exploration.mode != "off":
+            print(
+                f"[spotlight] note: exploration.mode={cfg.exploration.mode} needs the Ray runner"
+                " (it explores while the trainer trains); --runner local samples random seeds",
+                file=sys.stderr,
+            )
         run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
         return 0
     from spotlight.controller import RayOptions, run_ray

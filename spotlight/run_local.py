@@ -51,6 +51,7 @@ def run_local(
         _write_json(out_dir / "config.json", cfg.to_dict())
     metrics_path = out_dir / "metrics.jsonl"
     _truncate_metrics(metrics_path, start)
+    metrics_path.touch()  # a run of 0 iterations (validation only) has an empty one
     t_start = time.perf_counter() - _last_wall_s(metrics_path)  # wall_s continues on resume
     if start == 0:
         val = loop.evaluate()

@@ -2,6 +2,13 @@
 
 Prompts are ``a sign that says "XYZ"`` over random 3-letter words; images are 32x64 grayscale,
 dark text on a light background. Validation words never appear in training or pretraining.
+
+Version 2 (the renders, not the prompts or the reward): half of the ground-truth renders use a
+small font (9-11 px instead of 17-22), so a model pretrained on them draws the same prompt
+sometimes large and sometimes small, as a real text-to-image model draws many styles. Tesseract
+reads small clean renders (0.90-0.96) but not the tiny model's small letters, so the OCR reward
+prefers the large ones: a direction shared by every prompt, decided early in sampling
+(docs/tasks.md, "OCR-mini v2"). Version 1 used the large font only.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ FONT_SIZES = (17, 18, 19, 20, 21, 22)
 """Pixel sizes of Pillow's bundled scalable font used for ground-truth renders."""
 BACKGROUND = (215, 255)
 """Range of the background gray level; text is drawn 0-60."""
+VERSION = 2
+"""Version of the renders (the pretraining data); the shipped base model was trained on it."""
+SMALL_PROB = 0.5
+"""Share of the renders in the small font (version 2)."""
+SMALL_FONT_SIZES = (9, 10, 11)
+"""Pixel sizes of the small font."""
 
 
 def _all_words() -> list[str]:
@@ -38,7 +51,7 @@ def _splits() -> tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]:
     return val, train, frozenset(val)
 
 
-@functools.lru_cache(maxsize=len(FONT_SIZES))
+@functools.lru_cache(maxsize=len(FONT_SIZES) + len(SMALL_FONT_SIZES))
 def _font(size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.load_default(size=size)
 
@@ -68,9 +81,11 @@ class OcrMini:
                 return TEMPLATE.format(word)
 
     def render(self, prompt: str, rng: np.random.Generator) -> np.ndarray:
-        """The quoted word in a random size, position and contrast: uint8 (32, 64, 1)."""
+        """The quoted word in a random size, position and contrast (the small font with
+        probability ``SMALL_PROB``): uint8 (32, 64, 1)."""
         word = target_text(prompt)
-        font = _font(int(rng.choice(FONT_SIZES)))
+        sizes = SMALL_FONT_SIZES if rng.random() < SMALL_PROB else FONT_SIZES
+        font = _font(int(rng.choice(sizes)))
         bg = int(rng.integers(*BACKGROUND))
         fg = int(rng.integers(0, 61))
         img = Image.new("L", (self.width, self.height), bg)

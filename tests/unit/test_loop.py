@@ -202,3 +202,12 @@ def test_the_local_loop_shares_initial_noise_within_groups_when_asked(monkeypatc
     assert all(torch.equal(s[0], s[k]) for s in starts for k in range(g))
     assert not torch.equal(starts[0][0], starts[1][0])
     assert len({t.seed for t in trajs}) == len(trajs)  # the step noise stays per sample
+
+
+def test_the_local_runner_says_it_does_not_explore(tmp_path, capsys):
+    args = ["train", "--recipe", "tiny-smoke", "--runner", "local", "--iterations", "0"]
+    assert main([*args, "--out", str(tmp_path / "off")]) == 0
+    assert "exploration" not in capsys.readouterr().err
+    spot = ["--set", "exploration.mode=spot", "--out", str(tmp_path / "spot")]
+    assert main([*args, *spot]) == 0
+    assert "exploration.mode=spot needs the Ray runner" in capsys.readouterr().err

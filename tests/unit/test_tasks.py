@@ -28,9 +28,21 @@ def test_ocr_mini_splits_are_fixed_disjoint_and_sized():
 
 def test_ocr_mini_render_and_target():
     task = get_task("ocr-mini")
-    img = task.render('a sign that says "QXF"', np.random.default_rng(1))
-    assert img.dtype == np.uint8 and img.shape == (32, 64, 1)
-    assert img.min() <= 60 and img.max() >= 215  # dark text on a light sign
+    images = [task.render('a sign that says "QXF"', np.random.default_rng(i)) for i in range(200)]
+    assert all(img.dtype == np.uint8 and img.shape == (32, 64, 1) for img in images)
+    # v2: about half are out of focus. In focus, an edge jumps from the sign (>= 215) to the
+    # text (<= 60) within two pixels; blurred by sigma >= 1.5 no neighbours differ by 100.
+    edge = np.array(
+        [
+            max(np.abs(np.diff(img[..., 0].astype(int), axis=a)).max() for a in (0, 1))
+            for img in images
+        ]
+    )
+    sharp = edge >= 100
+    assert 0.4 < sharp.mean() < 0.6 and (edge[~sharp] < 70).all()
+    assert all(
+        img.min() <= 60 and img.max() >= 215 for img, s in zip(images, sharp, strict=True) if s
+    )
     assert target_text('a sign that says "AB C"') == "AB C"
     with pytest.raises(ValueError, match="no quoted target"):
         target_text("a sign that says nothing")

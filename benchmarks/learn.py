@@ -1,0 +1,111 @@
+"""Does RL raise a task's validation reward? Training seeds against a shuffled-advantage control.
+
+python benchmarks/learn.py --recipe tiny-ocr --seeds 0 1 2 --control-seeds 0 --out docs/bench
+
+Each run is ``spotlight train --runner local`` of the recipe with ``seed=S`` (``mode`` train), or
+the same with ``grpo.shuffle_advantages=true`` (``mode`` control: the update keeps its size and
+noise, the advantages lose their link to the images). Every run scores the same validation
+prompts with the same fixed seeds before and after training, so ``initial_val_reward`` is the
+base model's score on exactly what ``final_val_reward`` is scored on. The runs go to
+``--runs/<mode>-<seed>``; a re-run reuses finished runs and resumes unfinished ones, so the
+bench can span sessions. Writes ``learn-<task>.json``: ``task``, ``recipe``, ``val_prompts``,
+``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``, ``final_val_reward``,
+``gain``, ``wall_s``, ``command``), and the mean gain of the training runs. One run at a time:
+the wall times are only comparable with nothing else running. Results: docs/tasks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from spotlight.config import Config, apply_overrides
+from spotlight.recipes import RECIPES, get_recipe
+
+
+def run_command(args: argparse.Namespace, seed: int, mode: str, out: Path) -> list[str]:
+    sets = [f"seed={seed}", *args.set]
+    if mode == "control":
+        sets.append("grpo.shuffle_advantages=true")
+    cmd = ["spotlight", "train", "--recipe", args.recipe, "--runner", "local", "--out", str(out)]
+    if args.iterations is not None:
+        cmd += ["--iterations", str(args.iterations)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
+    out = Path(args.runs) / f"{mode}-{seed}"
+    cmd = run_command(args, seed, mode, out)
+    summary = out / "summary.json"
+    if not summary.exists():
+        exe = [str(Path(sys.executable).with_name("spotlight")), *cmd[1:]]
+        if (out / "checkpoint" / "state.json").exists():
+            exe = [exe[0], "train", "--resume", str(out)]
+            if args.iterations is not None:
+                exe += ["--iterations", str(args.iterations)]
+            print(f"[learn] resuming {out}", flush=True)
+        else:
+            print(f"[learn] {shlex.join(cmd)}", flush=True)
+        subprocess.run(exe, check=True)
+    s = json.loads(summary.read_text())
+    return {
+        "seed": seed,
+        "mode": mode,
+        "initial_val_reward": s["initial_val_reward"],
+        "final_val_reward": s["final_val_reward"],
+        "gain": s["final_val_reward"] - s["initial_val_reward"],
+        "wall_s": round(s["wall_s"], 1),
+        "num_iterations": s["num_iterations"],
+        "command": shlex.join(cmd),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--recipe", default="tiny-ocr", choices=sorted(RECIPES))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
+    ap.add_argument("--control-seeds", type=int, nargs="*", default=[0])
+    ap.add_argument("--iterations", type=int, default=None, help="(the recipe's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--runs", default=None, help="run folders (default runs/learn-<recipe>)")
+    ap.add_argument("--out", default="docs/bench")
+    args = ap.parse_args()
+    cfg: Config = apply_overrides(get_recipe(args.recipe), args.set)
+    cfg.validate()
+    task = cfg.task or cfg.reward
+    args.runs = args.runs or f"runs/learn-{args.recipe}"
+    runs = [one_run(args, s, "train") for s in args.seeds]
+    runs += [one_run(args, s, "control") for s in args.control_seeds]
+    gains = [r["gain"] for r in runs if r["mode"] == "train"]
+    doc = {
+        "task": task,
+        "recipe": args.recipe,
+        "overrides": args.set,
+        "val_prompts": cfg.num_val_prompts,
+        "val_seeds": cfg.num_val_seeds,
+        "mean_train_gain": sum(gains) / len(gains) if gains else None,
+        "min_train_gain": min(gains) if gains else None,
+        "control_gain": [r["gain"] for r in runs if r["mode"] == "control"],
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
+        "runs": runs,
+    }
+    path = Path(args.out) / f"learn-{task}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    for r in runs:
+        print(
+            f"[learn] {r['mode']:<7} seed {r['seed']}: {r['initial_val_reward']:.3f} -> "
+            f"{r['final_val_reward']:.3f} ({r['gain']:+.3f}) in {r['wall_s'] / 60:.1f} min"
+        )
+    print(f"[learn] wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
