@@ -10,7 +10,8 @@ base model's score on exactly what ``final_val_reward`` is scored on. The runs g
 ``--runs/<mode>-<seed>``; a re-run reuses finished runs and resumes unfinished ones, so the
 bench can span sessions. Writes ``learn-<task>.json``: ``task``, ``recipe``, ``val_prompts``,
 ``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``, ``final_val_reward``,
-``gain``, ``wall_s``, ``command``), and the mean gain of the training runs. One run at a time:
+``gain``, ``wall_s``, ``command``), the mean gain of the training runs, and the validation
+curves as ``learn-<task>.png``. One run at a time:
 the wall times are only comparable with nothing else running. Results: docs/tasks.md.
 """
 
@@ -67,6 +68,31 @@ def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
     }
 
 
+def plot(runs_dir: Path, runs: list[dict], path: Path, title: str) -> None:
+    """Validation reward against iteration, one line per run (control dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for r in runs:
+        folder = runs_dir / f"{r['mode']}-{r['seed']}"
+        rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
+        its = [0] + [m["iteration"] + 1 for m in rows if "val_reward" in m]
+        vals = [r["initial_val_reward"]] + [m["val_reward"] for m in rows if "val_reward" in m]
+        style = "--" if r["mode"] == "control" else "-"
+        ax.plot(its, vals, style, marker="o", label=f"{r['mode']} seed {r['seed']}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("validation reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipe", default="tiny-ocr", choices=sorted(RECIPES))
@@ -99,6 +125,12 @@ def main() -> None:
     path = Path(args.out) / f"learn-{task}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
+    plot(
+        Path(args.runs),
+        runs,
+        path.with_suffix(".png"),
+        f"{args.recipe}: validation on {cfg.num_val_prompts} prompts x {cfg.num_val_seeds} seeds",
+    )
     for r in runs:
         print(
             f"[learn] {r['mode']:<7} seed {r['seed']}: {r['initial_val_reward']:.3f} -> "
