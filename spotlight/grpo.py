@@ -138,10 +138,22 @@ def advantage_weighted_matching_loss(
         )
     err = (velocity.float() - target.float()).flatten(1).pow(2).mean(dim=1)
     policy_loss = (advantages.to(err.device, torch.float32) * err).mean()
+    return _with_velocity_kl(policy_loss, velocity, ref_velocity, kl_beta)
+
+
+def _with_velocity_kl(
+    policy_loss: torch.Tensor,
+    velocity: torch.Tensor,
+    ref_velocity: torch.Tensor | None,
+    kl_beta: float,
+) -> tuple[torch.Tensor, LossStats]:
+    """``policy_loss + kl_beta * mean_i |v_i - v_ref,i|^2`` and its stats, for the objectives on
+    final samples (no ratio: the ratio fields keep their neutral values 1, 0, 0)."""
     loss = policy_loss
-    kl_mean = torch.zeros((), device=err.device)
+    kl_mean = torch.zeros((), device=policy_loss.device)
     if ref_velocity is not None and kl_beta > 0:
-        kl_mean = (velocity.float() - ref_velocity.float()).flatten(1).pow(2).mean(dim=1).mean()
+        diff = velocity.float() - ref_velocity.to(velocity.device, torch.float32)
+        kl_mean = diff.flatten(1).pow(2).mean(dim=1).mean()
         loss = loss + kl_beta * kl_mean
     stats = LossStats(
         policy_loss=float(policy_loss.detach()),
@@ -250,17 +262,4 @@ def diffusion_nft_loss(
         return res.pow(2).mean(dim=1) / w
 
     per_sample = r * weighted_error(v_old + step) + (1.0 - r) * weighted_error(v_old - step)
-    policy_loss = per_sample.mean()
-    loss = policy_loss
-    kl_mean = torch.zeros((), device=device)
-    if ref_velocity is not None and kl_beta > 0:
-        kl_mean = (v - ref_velocity.to(device, torch.float32).flatten(1)).pow(2).mean(dim=1).mean()
-        loss = loss + kl_beta * kl_mean
-    stats = LossStats(
-        policy_loss=float(policy_loss.detach()),
-        kl=float(kl_mean.detach()),
-        clip_frac=0.0,
-        ratio_mean=1.0,
-        approx_kl=0.0,
-    )
-    return loss, stats
+    return _with_velocity_kl(per_sample.mean(), velocity, ref_velocity, kl_beta)

@@ -202,18 +202,21 @@ def _noised(chunk, key):
     return x0, t, eps, (1.0 - tb) * x0 + tb * eps
 
 
+def _ref_velocity(ref_policy, x_t, t, prompts, cfg):
+    """The frozen reference's velocity at ``(x_t, t)`` for the KL term, or None without one."""
+    if cfg.kl_beta <= 0:
+        return None
+    with torch.no_grad():
+        return ref_policy.velocity(x_t, t, ref_policy.encode_prompts(prompts))
+
+
 def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
     device = policy.device
     x0, t, eps, x_t = _noised(chunk, key)
     x_t = x_t.to(device)
     prompts = [tr.prompt for tr in chunk]
     velocity = policy.velocity(x_t, t.to(device), policy.encode_prompts(prompts))
-    ref_velocity = None
-    if cfg.kl_beta > 0:
-        with torch.no_grad():
-            ref_velocity = ref_policy.velocity(
-                x_t, t.to(device), ref_policy.encode_prompts(prompts)
-            )
+    ref_velocity = _ref_velocity(ref_policy, x_t, t.to(device), prompts, cfg)
     return advantage_weighted_matching_loss(
         velocity, (eps - x0).to(device), adv.to(device), ref_velocity, cfg.kl_beta
     )
@@ -249,12 +252,7 @@ def _nft_loss(policy, ref_policy, chunk, adv, key, old_velocity, cfg):
     velocity = policy.velocity(x_t, t.to(device), policy.encode_prompts(prompts))
     if old_velocity is None:
         old_velocity = velocity.detach()
-    ref_velocity = None
-    if cfg.kl_beta > 0:
-        with torch.no_grad():
-            ref_velocity = ref_policy.velocity(
-                x_t, t.to(device), ref_policy.encode_prompts(prompts)
-            )
+    ref_velocity = _ref_velocity(ref_policy, x_t, t.to(device), prompts, cfg)
     return diffusion_nft_loss(
         velocity,
         old_velocity,
