@@ -75,7 +75,21 @@ class ReplicaSpec:
     sp_workers: int = 1
     """Worker processes (GPUs) the replica owns, grouped into SP groups of ``sp_degree``
     that share each item's samples; 1: the replica samples in its own process."""
+    nice: int = 0
+    """Niceness of the pull loop's thread (Linux; 0: unchanged): where the replicas share the
+    trainer's CPU cores, the trainer keeps priority, as it would on its own GPU."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value to ``nice`` (Linux keeps it per thread; threads
+    and processes it starts inherit it). Lowering priority needs no privilege; never raises."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 def node_pool() -> str:
@@ -100,21 +114,21 @@ def replica_actor_options(
     return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
 
 
-def reward_scorer(reward: str, threads: int = 1):
+def reward_scorer(reward: str, threads: int = 1, nice: int = 0):
     """The bound reward deployment, on the on-demand side: losing a spot node must not take the
     scorer every replica calls along with it."""
     from spotlight.actors import names
 
     return RewardScorer.options(
         ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-    ).bind(reward, threads)
+    ).bind(reward, threads, nice)
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1})
 class RewardScorer:
     """Scores images with a named reward (``spotlight.rewards``)."""
 
-    def __init__(self, reward: str, threads: int = 1):
+    def __init__(self, reward: str, threads: int = 1, nice: int = 0):
         import torch
 
         from spotlight.rewards import build_reward
@@ -122,8 +136,10 @@ class RewardScorer:
         torch.set_num_threads(threads)
         self._reward = build_reward(reward)
         self.name = reward
+        self._nice = nice
 
     def __call__(self, images, prompts: list[str]) -> list[float]:
+        lower_thread_priority(self._nice)  # Serve calls from its own threads: set it here
         return [float(r) for r in self._reward(images, prompts)]
 
 
@@ -273,6 +289,7 @@ class SamplerReplica:
             self._last_beat = time.monotonic()
 
     def _run(self) -> None:
+        lower_thread_priority(self.spec.nice)
         queue = self._actors.queue
         try:
             while not self._stop.is_set():

@@ -55,6 +55,7 @@ def run_runs(
                 exploration=dataclasses.replace(base.exploration, **MODES[mode]),
             )
             run_dir = out / "runs" / f"{mode}-seed{seed}"
+            _check_same_config(run_dir, cfg)
             if not (run_dir / "summary.json").exists():  # a re-run continues where it stopped
                 if log is not None:
                     print(f"[bench] {mode}, seed {seed} -> {run_dir}", file=log, flush=True)
@@ -62,6 +63,16 @@ def run_runs(
                 run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
             folders[mode].append(run_dir)
     return folders
+
+
+def _check_same_config(run_dir: Path, cfg: Config) -> None:
+    """A re-run reuses a run folder only if it ran this very config."""
+    path = run_dir / "config.json"
+    if path.exists() and json.loads(path.read_text()) != json.loads(json.dumps(cfg.to_dict())):
+        raise ValueError(
+            f"{run_dir} holds a run of another config (compare its config.json); use another"
+            " --out, or delete it to run it again"
+        )
 
 
 def summarize_runs(folders: dict[str, list[Path]], target_delta: float) -> dict[str, Any]:

@@ -54,6 +54,7 @@ def _train(args: argparse.Namespace) -> int:
         num_train_workers=args.train_workers,
         threads_per_worker=args.threads,
         trainer_threads=args.trainer_threads,
+        sampler_nice=args.sampler_nice,
         device=args.device,
         prices=PriceTable(
             on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
@@ -190,11 +191,19 @@ def _bench(args: argparse.Namespace) -> int:
     from spotlight.bench import MODES, plot_exploration, run_runs, summarize_runs
     from spotlight.controller import RayOptions, connect
 
-    cfg = get_recipe(args.recipe)
+    cfg = apply_overrides(get_recipe(args.recipe), args.set)
     cfg = dataclasses.replace(
         cfg,
         num_iterations=args.iterations or cfg.num_iterations,
         val_every=args.val_every or cfg.val_every,
+        stop_at_val_gain=args.target_delta if args.stop_at_target else cfg.stop_at_val_gain,
+        max_wall_s=args.max_wall_min * 60 if args.max_wall_min else cfg.max_wall_s,
+        exploration=dataclasses.replace(
+            cfg.exploration,
+            budget_seeds=args.budget_seeds
+            if args.budget_seeds is not None
+            else cfg.exploration.budget_seeds,
+        ),
     )
     cfg.validate()
     modes = args.modes or list(MODES)
@@ -203,13 +212,27 @@ def _bench(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
     opts = RayOptions(num_samplers=args.samplers, wandb=False)
     out = Path(args.out)
+    name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
     connect(opts)  # one Ray for all runs
     folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
     summary = summarize_runs(folders, args.target_delta)
-    summary.update(recipe=cfg.recipe, iterations=cfg.num_iterations, seeds=args.seeds)
-    (out / "exploration.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot_exploration(summary, out / "exploration.png")
+    summary.update(
+        recipe=cfg.recipe,
+        task=cfg.task,
+        iterations=cfg.num_iterations,
+        seeds=args.seeds,
+        val_prompts=cfg.num_val_prompts,
+        val_seeds=cfg.num_val_seeds,
+        val_every=cfg.val_every,
+        budget_seeds=cfg.exploration.budget_seeds,
+        max_candidates=cfg.exploration.max_candidates,
+        stop_at_target=args.stop_at_target,
+        max_wall_s=cfg.max_wall_s,
+        overrides=args.set,
+    )
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot_exploration(summary, out / f"{name}.png")
     for mode, m in summary["modes"].items():
         rho = m["rank_spearman_stale_fresh"]["mean"]
         print(
@@ -219,7 +242,7 @@ def _bench(args: argparse.Namespace) -> int:
             f"{m['wall_s_per_iteration_mean']:.1f} s/iteration"
             + (f", stale/fresh Spearman {rho:.2f}" if rho is not None else "")
         )
-    print(f"[bench] -> {out / 'exploration.json'}, {out / 'exploration.png'}")
+    print(f"[bench] -> {out / (name + '.json')}, {out / (name + '.png')}")
     return 0
 
 
@@ -273,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--trainer-threads", type=int, default=2, help="torch threads per Ray Train worker"
+    )
+    train.add_argument(
+        "--sampler-nice",
+        type=int,
+        default=10,
+        help="niceness of the replicas' work on a CPU device, so the trainer keeps priority on"
+        " shared cores (0: off)",
     )
     train.add_argument("--no-wandb", action="store_true", help="do not log to W&B")
     pre_g = train.add_argument_group("preemptions (ray runner)")
@@ -424,6 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--target-delta", type=float, default=0.15, help="target = initial validation + this"
     )
+    bench.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="end each run at its first validation that reaches the target",
+    )
+    bench.add_argument(
+        "--max-wall-min", type=float, help="cap each run at this many minutes (then validate)"
+    )
+    bench.add_argument(
+        "--budget-seeds",
+        type=int,
+        help="fixed exploration budget per iteration, explored in full (exploration.budget_seeds)",
+    )
+    bench.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set num_val_seeds=2 (repeatable)",
+    )
+    bench.add_argument("--name", help="exploration: output file stem (default: exploration)")
     bench.add_argument("--samplers", type=int, default=2)
     bench.add_argument("--repeats", type=int, default=5, help="regroup: repetitions")
     bench.add_argument(

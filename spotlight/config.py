@@ -206,16 +206,27 @@ class ExplorationConfig:
     budget_scale: float = 1.0
     """Multiplies the measured budget (predicted training time x sampling throughput); items
     still unfinished when the update arrives are withdrawn, their prompts fall back."""
+    budget_seeds: int = 0
+    """A fixed exploration budget (seeds per iteration) instead of the measured one, explored
+    in full: ``spot`` waits for it after the update, and ``critical_path`` explores exactly it,
+    so both modes compare allocations at equal budget. For benches where the samplers and the
+    trainer share a machine's cores (a measured budget would then steal the trainer's time);
+    0: measured."""
 
     def validate(self, group: int) -> None:
         if self.mode not in ("off", "spot", "critical_path"):
             raise ValueError(
                 f"exploration.mode must be off, spot or critical_path, got {self.mode!r}"
             )
-        if self.max_staleness < 1 or self.max_seeds_per_iteration < 0 or self.budget_scale < 0:
+        if (
+            self.max_staleness < 1
+            or self.max_seeds_per_iteration < 0
+            or self.budget_scale < 0
+            or self.budget_seeds < 0
+        ):
             raise ValueError(
                 "exploration: need max_staleness >= 1, max_seeds_per_iteration >= 0,"
-                " budget_scale >= 0"
+                " budget_scale >= 0, budget_seeds >= 0"
             )
         if self.max_candidates < 2 * group:
             raise ValueError(
@@ -256,6 +267,12 @@ class Config:
     """Seeds per validation prompt."""
     val_every: int = 5
     """Evaluate every this many iterations (and before the first and after the last)."""
+    stop_at_val_gain: float | None = None
+    """End the run after the first validation that beats the initial one by at least this
+    much (time-to-target benches); None: run all iterations."""
+    max_wall_s: float | None = None
+    """End the run after the first iteration that finishes past this wall time (validating
+    it first); None: no cap."""
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     """Seed exploration (Ray runner)."""
 
@@ -275,6 +292,8 @@ class Config:
             raise ValueError(f"num_iterations must be >= 0, got {self.num_iterations}")
         if self.num_val_prompts < 1 or self.num_val_seeds < 1 or self.val_every < 1:
             raise ValueError("num_val_prompts, num_val_seeds and val_every must be >= 1")
+        if self.max_wall_s is not None and self.max_wall_s <= 0:
+            raise ValueError(f"max_wall_s must be > 0 (or None), got {self.max_wall_s}")
         if self.num_prompts_per_iteration > self.num_train_prompts:
             raise ValueError(
                 f"num_prompts_per_iteration ({self.num_prompts_per_iteration}) "

@@ -40,7 +40,14 @@ from typing import Any, TextIO
 
 from spotlight.config import Config
 from spotlight.costs import Ledger, PriceTable
-from spotlight.loop import iteration_batch, prompt_sets, score_groups, update_seed
+from spotlight.loop import (
+    iteration_batch,
+    prompt_sets,
+    score_groups,
+    stop_reason,
+    update_seed,
+    validate_now,
+)
 from spotlight.run_local import (
     CKPT_DIR,
     INITIAL_VAL,
@@ -49,8 +56,10 @@ from spotlight.run_local import (
     _print,
     _progress_line,
     _sha256,
+    _stop_line,
     _truncate_metrics,
     _write_json,
+    initial_val_reward,
     read_checkpoint_state,
 )
 
@@ -87,6 +96,9 @@ class RayOptions:
     trainer_threads: int = 2
     """torch threads per train worker (CPU). Locally sampling and training alternate, so the
     trainer may use the cores the replicas use while they wait."""
+    sampler_nice: int = 10
+    """Niceness of the sampler and reward replicas' work on a CPU device (Linux): the trainer
+    keeps priority over spot exploration on shared cores, as on its own GPU; 0: unchanged."""
     device: str = "cpu"
     prices: PriceTable = field(default_factory=PriceTable)
     wandb: bool = True
@@ -153,6 +165,8 @@ class RayOptions:
                 f"sp workers ({self.sp_workers}) must be >= the sp degree ({self.sp_degree}):"
                 " a replica needs the GPUs of at least one SP group"
             )
+        if not 0 <= self.sampler_nice <= 19:
+            raise ValueError(f"sampler nice must be in 0..19, got {self.sampler_nice}")
         if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
             raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
         self.spill_policy()
@@ -376,6 +390,7 @@ class Controller:
             notice_sources=tuple(opts.notice_sources),
             sp_degree=opts.sp_degree,
             sp_workers=opts.workers_per_replica,
+            nice=0 if opts.device.startswith("cuda") else opts.sampler_nice,
         )
         gpu = opts.device.startswith("cuda")
 
@@ -383,7 +398,7 @@ class Controller:
             return replica_actor_options(pool, opts.workers_per_replica, gpu)
 
         def reward():
-            return reward_scorer(cfg.reward, opts.threads_per_worker)
+            return reward_scorer(cfg.reward, opts.threads_per_worker, spec.nice)
 
         trace = self.injector is not None
         apps = {
@@ -615,7 +630,7 @@ class Controller:
         extra: dict[str, Any] = {}
         selection = None
         if mode == "critical_path":  # explore with the fresh weights, then use the best
-            budget = cfg.exploration.max_seeds_per_iteration  # best-of-N: as much as it takes
+            budget = self._budget()
             selection, extra = self._explore_now(it, version, unique, budget)
         elif mode == "spot" and self.next_selection is not None:
             selection, extra = self.next_selection, dict(self.next_explore_metrics)
@@ -724,6 +739,10 @@ class Controller:
         from spotlight.planner import exploration_budget
 
         xcfg = self.cfg.exploration
+        if xcfg.budget_seeds:
+            return min(xcfg.budget_seeds, xcfg.max_seeds_per_iteration)
+        if xcfg.mode == "critical_path":  # best-of-N: as much as it takes
+            return xcfg.max_seeds_per_iteration
         train_s = self._train_s if self._train_s is not None else self._last_sample_s
         return exploration_budget(
             xcfg.budget_scale * (train_s or 0.0), self._rate or 0.0, xcfg.max_seeds_per_iteration
@@ -752,6 +771,19 @@ class Controller:
 
         q = self.actors.queue
         ids = exp.all_item_ids()
+        if self.cfg.exploration.budget_seeds and ids:  # a fixed budget is explored in full
+            done: dict[str, Any] = {}
+
+            def poll(wait_s: float):
+                done.update(self._queue_call("wait_results", ids, wait_s))
+                return done if len(done) == len(ids) else None
+
+            self._wait(
+                f"exploration of iteration {exp.iteration}",
+                poll,
+                self.opts.item_timeout_s,
+                lambda: f"  iteration {exp.iteration + 1}: exploring, {len(done)}/{len(ids)} items",
+            )
         results = ray.get(q.results.remote(ids))
         ray.get(q.drop.remote(ids))
         for r in results.values():
@@ -971,11 +1003,11 @@ def run_ray(
                 f"[spotlight] {cfg.recipe} on Ray: {cfg.num_iterations} iterations, "
                 f"validation reward before training {val:.4f}",
             )
+        initial_val = initial_val_reward(out_dir)
         for it in range(start, cfg.num_iterations):
             m = ctl.iteration(it, version)
             version = m["weights_version"]
-            last = it == cfg.num_iterations - 1
-            if (it + 1) % cfg.val_every == 0 or last:
+            if validate_now(cfg, it, time.perf_counter() - t_start):
                 m["val_reward"] = ctl.evaluate(it, version)
             ctl._tick()
             m.update(ctl.ledger.snapshot())
@@ -985,13 +1017,19 @@ def run_ray(
                 queue_depth=ctl.queue_stats["pending"],
                 replicas=ctl.queue_stats["workers_by_pool"],
             )
+            reason = stop_reason(cfg, m, initial_val)
+            if reason is not None:
+                m["stopped"] = reason
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")
             ctl.save_checkpoint(it + 1, version)
-            tracker.log(m)
+            tracker.log({k: v for k, v in m.items() if k != "stopped"})
             if "val_reward" in m:
                 tracker.log_images(*ctl.val_samples, step=it + 1)
             _print(log, _progress_line(m, cfg.num_iterations))
+            if reason is not None:
+                _print(log, _stop_line(reason, m, initial_val, cfg))
+                break
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)
         _write_json(out_dir / "summary.json", summary)

@@ -30,6 +30,26 @@ SHUFFLE_STREAM = 3
 exploration)."""
 
 
+def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
+    """Whether ``iteration`` ends with a validation: every ``val_every``, the last one, and the
+    one that passes ``max_wall_s`` (so a capped run ends on a measured reward)."""
+    last = iteration == cfg.num_iterations - 1
+    capped = cfg.max_wall_s is not None and wall_s >= cfg.max_wall_s
+    return (iteration + 1) % cfg.val_every == 0 or last or capped
+
+
+def stop_reason(cfg: Config, row: dict[str, Any], initial_val: float | None) -> str | None:
+    """Why a run ends after the iteration of metrics ``row``: ``"target"`` (its validation
+    beat ``initial_val`` by ``stop_at_val_gain``), ``"wall_cap"`` (past ``max_wall_s``), or
+    None (go on; the loop itself ends after ``num_iterations``)."""
+    gain, val = cfg.stop_at_val_gain, row.get("val_reward")
+    if None not in (gain, val, initial_val) and val >= initial_val + gain:
+        return "target"
+    if cfg.max_wall_s is not None and row["wall_s"] >= cfg.max_wall_s:
+        return "wall_cap"
+    return None
+
+
 def iteration_rng(seed: int, iteration: int, stream: int) -> np.random.Generator:
     """Independent random stream ``stream`` of iteration ``iteration``."""
     return np.random.default_rng([seed, iteration, stream])

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from spotlight.config import Config
-from spotlight.loop import ReferenceLoop
+from spotlight.loop import ReferenceLoop, stop_reason, validate_now
 from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
@@ -61,17 +61,22 @@ def run_local(
             f"[spotlight] {cfg.recipe}: {cfg.num_iterations} iterations, "
             f"validation reward before training {val:.4f}",
         )
+    initial_val = initial_val_reward(out_dir)
     for it in range(start, cfg.num_iterations):
         m = loop.run_iteration(it)
-        last = it == cfg.num_iterations - 1
-        if (it + 1) % cfg.val_every == 0 or last:
-            val = loop.evaluate()
-            m["val_reward"] = val
+        if validate_now(cfg, it, time.perf_counter() - t_start):
+            m["val_reward"] = loop.evaluate()
         m["wall_s"] = time.perf_counter() - t_start
+        reason = stop_reason(cfg, m, initial_val)
+        if reason is not None:
+            m["stopped"] = reason
         with metrics_path.open("a") as f:
             f.write(json.dumps(m) + "\n")
         _save_checkpoint(loop, out_dir, it + 1, cfg)
         _print(log, _progress_line(m, cfg.num_iterations))
+        if reason is not None:
+            _print(log, _stop_line(reason, m, initial_val, cfg))
+            break
     summary = _summarize(metrics_path, cfg)
     _write_json(out_dir / "summary.json", summary)
     plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
@@ -92,6 +97,21 @@ def _progress_line(m: dict[str, Any], total: int) -> str:
     )
 
 
+def _stop_line(reason: str, m: dict[str, Any], initial_val: float | None, cfg: Config) -> str:
+    if reason == "target":
+        return (
+            f"[spotlight] target reached after iteration {m['iteration'] + 1}: validation "
+            f"{m['val_reward']:.4f} >= {initial_val:.4f} + {cfg.stop_at_val_gain}"
+        )
+    return f"[spotlight] stopping after iteration {m['iteration'] + 1}: past max_wall_s"
+
+
+def initial_val_reward(out_dir: Path) -> float | None:
+    """The run's validation reward before training (``val_initial.json``), if written."""
+    path = out_dir / INITIAL_VAL
+    return json.loads(path.read_text())["val_reward"] if path.exists() else None
+
+
 def _summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
     vals = [r["val_reward"] for r in rows if "val_reward" in r]
@@ -106,6 +126,7 @@ def _summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
         "train_reward_first": rows[0]["train_reward_mean"] if rows else None,
         "train_reward_last": rows[-1]["train_reward_mean"] if rows else None,
         "wall_s": rows[-1]["wall_s"] if rows else 0.0,
+        "stopped": rows[-1].get("stopped", "iterations") if rows else "iterations",
     }
 
 

@@ -12,14 +12,20 @@ pytestmark = pytest.mark.slow
 def test_bench_exploration_writes_its_figures(local_ray, tmp_path):
     from spotlight.cli import main
 
-    code = main(
-        ["bench", "exploration", "--recipe", "tiny-smoke", "--iterations", "2", "--val-every",
-         "1", "--seeds", "0", "--modes", "off", "spot", "--target-delta", "0.0",
-         "--out", str(tmp_path)]
-    )  # fmt: skip
-    assert code == 0
+    args = ["bench", "exploration", "--recipe", "tiny-smoke", "--iterations", "2",
+            "--val-every", "1", "--seeds", "0", "--modes", "off", "spot", "--target-delta",
+            "0.0", "--budget-seeds", "12", "--set", "num_val_seeds=1",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
     doc = json.loads((tmp_path / "exploration.json").read_text())
     assert set(doc["modes"]) == {"off", "spot"}
+    assert doc["val_seeds"] == 1 and doc["budget_seeds"] == 12 and doc["task"] is None
+    # A fixed budget is explored in full before the next rollout: 12 seeds are 3 chunks of 4,
+    # all three for one prompt, or two for one (a first allocation costs two chunks).
+    metrics = (tmp_path / "runs/spot-seed0/metrics.jsonl").read_text()
+    rows = [json.loads(x) for x in metrics.splitlines()]
+    assert rows[1]["explore_budget_predicted"] == 12
+    assert rows[1]["explore_budget_used"] in (8, 12)
     off = doc["modes"]["off"]
     (run,) = off["runs"]
     assert run["run"] == "off-seed0" and len(run["val_curve"]) == 3  # initial + 2 validations
@@ -29,6 +35,22 @@ def test_bench_exploration_writes_its_figures(local_ray, tmp_path):
     assert (tmp_path / "exploration.png").stat().st_size > 0
     # Running it again reuses the finished runs instead of training again.
     before = (tmp_path / "runs/off-seed0/metrics.jsonl").stat().st_mtime
-    assert main(["bench", "exploration", "--recipe", "tiny-smoke", "--iterations", "2",
-                 "--seeds", "0", "--modes", "off", "--out", str(tmp_path)]) == 0  # fmt: skip
+    assert main([*args, "--name", "again"]) == 0
     assert (tmp_path / "runs/off-seed0/metrics.jsonl").stat().st_mtime == before
+    assert json.loads((tmp_path / "again.json").read_text())["modes"] == doc["modes"]
+    # ... but not a run of another config.
+    assert main([*args, "--set", "num_val_seeds=2"]) == 2
+    assert (tmp_path / "runs/off-seed0/metrics.jsonl").stat().st_mtime == before
+
+
+def test_bench_runs_stop_at_the_target(local_ray, tmp_path):
+    from spotlight.cli import main
+
+    args = ["bench", "exploration", "--recipe", "tiny-smoke", "--iterations", "4",
+            "--val-every", "2", "--seeds", "0", "--modes", "off", "--target-delta", "-1",
+            "--stop-at-target", "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "runs/off-seed0/summary.json").read_text())
+    assert summary["stopped"] == "target" and summary["num_iterations"] == 2
+    doc = json.loads((tmp_path / "exploration.json").read_text())
+    assert doc["modes"]["off"]["iterations_to_target_median"] == 2

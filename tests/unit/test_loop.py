@@ -211,3 +211,40 @@ def test_the_local_runner_says_it_does_not_explore(tmp_path, capsys):
     spot = ["--set", "exploration.mode=spot", "--out", str(tmp_path / "spot")]
     assert main([*args, *spot]) == 0
     assert "exploration.mode=spot needs the Ray runner" in capsys.readouterr().err
+
+
+def test_validate_now_and_stop_reason():
+    from spotlight.loop import stop_reason, validate_now
+
+    cfg = dataclasses.replace(FAST, num_iterations=10, val_every=3)
+    assert [it for it in range(10) if validate_now(cfg, it, 0.0)] == [2, 5, 8, 9]
+    capped = dataclasses.replace(cfg, max_wall_s=60.0)
+    assert validate_now(capped, 0, 60.0) and not validate_now(capped, 0, 59.9)
+    assert stop_reason(capped, {"wall_s": 61.0}, 0.3) == "wall_cap"
+    assert stop_reason(capped, {"wall_s": 1.0}, 0.3) is None
+    target = dataclasses.replace(cfg, stop_at_val_gain=0.05)
+    assert stop_reason(target, {"wall_s": 1.0, "val_reward": 0.35}, 0.3) == "target"
+    assert stop_reason(target, {"wall_s": 1.0, "val_reward": 0.349}, 0.3) is None
+    assert stop_reason(target, {"wall_s": 1.0}, 0.3) is None  # no validation this iteration
+    assert stop_reason(cfg, {"wall_s": 1e9, "val_reward": 1.0}, 0.0) is None  # no rule set
+    with pytest.raises(ValueError, match="max_wall_s"):
+        dataclasses.replace(cfg, max_wall_s=0.0).validate()
+
+
+def test_a_run_ends_at_its_target_and_says_so(tmp_path):
+    # A gain of -1 is reached by the first validation: the run ends there.
+    cfg = dataclasses.replace(FAST, num_iterations=6, stop_at_val_gain=-1.0)
+    summary = run_local(cfg, tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1]  # val_every 2: the first validation
+    assert rows[-1]["stopped"] == "target" and "stopped" not in rows[0]
+    assert summary["stopped"] == "target" and summary["num_iterations"] == 2
+    full = run_local(dataclasses.replace(FAST, num_iterations=1), tmp_path / "full")
+    assert full["stopped"] == "iterations"
+
+
+def test_exploration_budget_seeds_is_validated():
+    from spotlight.config import ExplorationConfig
+
+    with pytest.raises(ValueError, match="budget_seeds"):
+        ExplorationConfig(budget_seeds=-1).validate(4)
