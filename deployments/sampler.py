@@ -75,21 +75,23 @@ class ReplicaSpec:
     sp_workers: int = 1
     """Worker processes (GPUs) the replica owns, grouped into SP groups of ``sp_degree``
     that share each item's samples; 1: the replica samples in its own process."""
-    nice: int = 0
-    """Niceness of the pull loop's thread (Linux; 0: unchanged): where the replicas share the
-    trainer's CPU cores, the trainer keeps priority, as it would on its own GPU."""
+    idle_priority: bool = False
+    """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
+    replicas share the trainer's cores, the trainer keeps them, as on its own GPU."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def lower_thread_priority(nice: int) -> None:
-    """Raise the calling thread's nice value to ``nice`` (Linux keeps it per thread; threads
-    and processes it starts inherit it). Lowering priority needs no privilege; never raises."""
-    if nice <= 0 or not hasattr(os, "setpriority"):
-        return
+def idle_thread_priority() -> None:
+    """Give the calling thread idle scheduling priority (Linux ``SCHED_IDLE``, else nice 19):
+    it runs whenever the CPU would idle and yields to every other process, so the trainer
+    keeps its cores. Threads and processes it starts (Tesseract) inherit it. No privilege is
+    needed to lower a priority; never raises."""
     tid = threading.get_native_id()
-    with contextlib.suppress(OSError):
-        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
 def node_pool() -> str:
@@ -114,21 +116,21 @@ def replica_actor_options(
     return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
 
 
-def reward_scorer(reward: str, threads: int = 1, nice: int = 0):
+def reward_scorer(reward: str, threads: int = 1, idle_priority: bool = False):
     """The bound reward deployment, on the on-demand side: losing a spot node must not take the
     scorer every replica calls along with it."""
     from spotlight.actors import names
 
     return RewardScorer.options(
         ray_actor_options={"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-    ).bind(reward, threads, nice)
+    ).bind(reward, threads, idle_priority)
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1})
 class RewardScorer:
     """Scores images with a named reward (``spotlight.rewards``)."""
 
-    def __init__(self, reward: str, threads: int = 1, nice: int = 0):
+    def __init__(self, reward: str, threads: int = 1, idle_priority: bool = False):
         import torch
 
         from spotlight.rewards import build_reward
@@ -136,10 +138,11 @@ class RewardScorer:
         torch.set_num_threads(threads)
         self._reward = build_reward(reward)
         self.name = reward
-        self._nice = nice
+        self._idle = idle_priority
 
     def __call__(self, images, prompts: list[str]) -> list[float]:
-        lower_thread_priority(self._nice)  # Serve calls from its own threads: set it here
+        if self._idle:  # Serve calls from its own threads: set it here
+            idle_thread_priority()
         return [float(r) for r in self._reward(images, prompts)]
 
 
@@ -289,7 +292,8 @@ class SamplerReplica:
             self._last_beat = time.monotonic()
 
     def _run(self) -> None:
-        lower_thread_priority(self.spec.nice)
+        if self.spec.idle_priority:
+            idle_thread_priority()
         queue = self._actors.queue
         try:
             while not self._stop.is_set():

@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
         num_train_workers=args.train_workers,
         threads_per_worker=args.threads,
         trainer_threads=args.trainer_threads,
-        sampler_nice=args.sampler_nice,
+        sampler_idle_priority=not args.no_idle_priority,
         device=args.device,
         prices=PriceTable(
             on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
@@ -298,11 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--trainer-threads", type=int, default=2, help="torch threads per Ray Train worker"
     )
     train.add_argument(
-        "--sampler-nice",
-        type=int,
-        default=10,
-        help="niceness of the replicas' work on a CPU device, so the trainer keeps priority on"
-        " shared cores (0: off)",
+        "--no-idle-priority",
+        action="store_true",
+        help="on a CPU device, do not run the replicas at idle priority (by default the trainer"
+        " keeps its cores while spot exploration uses the rest)",
     )
     train.add_argument("--no-wandb", action="store_true", help="do not log to W&B")
     pre_g = train.add_argument_group("preemptions (ray runner)")

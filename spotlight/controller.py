@@ -96,9 +96,11 @@ class RayOptions:
     trainer_threads: int = 2
     """torch threads per train worker (CPU). Locally sampling and training alternate, so the
     trainer may use the cores the replicas use while they wait."""
-    sampler_nice: int = 10
-    """Niceness of the sampler and reward replicas' work on a CPU device (Linux): the trainer
-    keeps priority over spot exploration on shared cores, as on its own GPU; 0: unchanged."""
+    sampler_idle_priority: bool = True
+    """On a CPU device, run the sampler and reward replicas' work at idle priority (Linux
+    ``SCHED_IDLE``): the trainer keeps its cores while spot exploration uses what is left, as
+    on separate GPUs. (Ray starts every worker at nice 15, trainer included, so a nice value
+    alone would not do it.)"""
     device: str = "cpu"
     prices: PriceTable = field(default_factory=PriceTable)
     wandb: bool = True
@@ -165,8 +167,6 @@ class RayOptions:
                 f"sp workers ({self.sp_workers}) must be >= the sp degree ({self.sp_degree}):"
                 " a replica needs the GPUs of at least one SP group"
             )
-        if not 0 <= self.sampler_nice <= 19:
-            raise ValueError(f"sampler nice must be in 0..19, got {self.sampler_nice}")
         if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
             raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
         self.spill_policy()
@@ -390,7 +390,7 @@ class Controller:
             notice_sources=tuple(opts.notice_sources),
             sp_degree=opts.sp_degree,
             sp_workers=opts.workers_per_replica,
-            nice=0 if opts.device.startswith("cuda") else opts.sampler_nice,
+            idle_priority=opts.sampler_idle_priority and not opts.device.startswith("cuda"),
         )
         gpu = opts.device.startswith("cuda")
 
@@ -398,7 +398,7 @@ class Controller:
             return replica_actor_options(pool, opts.workers_per_replica, gpu)
 
         def reward():
-            return reward_scorer(cfg.reward, opts.threads_per_worker, spec.nice)
+            return reward_scorer(cfg.reward, opts.threads_per_worker, spec.idle_priority)
 
         trace = self.injector is not None
         apps = {
