@@ -304,13 +304,7 @@ class TinyPolicy(nn.Module):
             ValueError: the file is not a tiny-policy checkpoint, its architecture differs from
                 ``expect`` when given, or it holds other LoRA adapters than ``lora``.
         """
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        if meta.get(FORMAT_KEY) != cls.name:
-            raise ValueError(
-                f"{path} is not a tiny-policy checkpoint (its {FORMAT_KEY!r} metadata is "
-                f"{meta.get(FORMAT_KEY)!r})"
-            )
+        meta = checkpoint_metadata(path)
         config = TinyConfig(**json.loads(meta["config"]))
         if expect is not None and expect != config:
             raise ValueError(f"{path} has architecture {config}, expected {expect}")
@@ -322,6 +316,35 @@ class TinyPolicy(nn.Module):
         if saved is None and lora is not None:
             policy.add_lora(lora, seed)
         return policy
+
+
+def checkpoint_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata of a tiny-policy checkpoint, read from its header only (cheap).
+
+    Raises:
+        ValueError: naming the problem: no such file, not a safetensors file, or a safetensors
+            file that is not a tiny-policy checkpoint.
+    """
+    from safetensors import SafetensorError
+
+    if not Path(path).is_file():
+        raise ValueError(f"checkpoint {path}: no such file")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{path} is not a safetensors checkpoint ({e})") from None
+    if meta.get(FORMAT_KEY) != TinyPolicy.name or "config" not in meta:
+        raise ValueError(
+            f"{path} is not a tiny-policy checkpoint (its {FORMAT_KEY!r} metadata is "
+            f"{meta.get(FORMAT_KEY)!r})"
+        )
+    return meta
+
+
+def checkpoint_config(path: str | Path) -> TinyConfig:
+    """The architecture of a tiny-policy checkpoint (see :func:`checkpoint_metadata`)."""
+    return TinyConfig(**json.loads(checkpoint_metadata(path)["config"]))
 
 
 def lora_parameters(module: nn.Module) -> list[nn.Parameter]:

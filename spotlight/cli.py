@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -119,10 +120,11 @@ def _eval(args: argparse.Namespace) -> int:
     from spotlight.policies import make_policy
     from spotlight.recipes import TASK_SAMPLER
     from spotlight.rewards import build_reward
-    from spotlight.tasks import base_checkpoint, get_task
+    from spotlight.tasks import base_checkpoint, check_checkpoint_task, get_task
 
     task = get_task(args.task)
     checkpoint = args.checkpoint or base_checkpoint(args.task)
+    check_checkpoint_task(checkpoint, task.name)  # before a model is built
     sampler = dataclasses.replace(TASK_SAMPLER, guidance_scale=args.guidance, num_steps=args.steps)
     sampler.validate()
     prompts = task.prompts("val")[: args.num_prompts]
@@ -493,6 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"spotlight: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `spotlight ... | head`: the reader left; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+        return 141
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from spotlight.run_local import (
     _truncate_metrics,
     _write_json,
     initial_val_reward,
+    preflight_run,
     read_checkpoint_state,
 )
 
@@ -975,6 +976,7 @@ def run_ray(
             " carry no init seeds, so group members would not share their initial noise)"
         )
     preflight_reward(cfg.reward)  # e.g. no tesseract: say so before Ray starts
+    preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
     out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         if (out_dir / CKPT_DIR / "state.json").exists():

@@ -37,6 +37,7 @@ def run_local(
     With ``resume`` the run continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
+    preflight_run(cfg, out_dir, resume)
     loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = 0
@@ -84,6 +85,21 @@ def run_local(
         log, f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, reward.png, {CKPT_DIR}/)"
     )
     return summary
+
+
+def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
+    """Cheap checks of a run's inputs, before any model is built or Ray starts: the run folder
+    to resume (its checkpoint's recipe and checksum) and the tiny policy's starting checkpoint
+    (a tiny-policy file whose images are the task's shape)."""
+    if resume:
+        read_checkpoint_state(out_dir, cfg.recipe)
+    if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
+        from spotlight.policies.tiny import checkpoint_metadata
+        from spotlight.tasks import check_checkpoint_task
+
+        checkpoint_metadata(cfg.policy.checkpoint)
+        if cfg.task is not None:
+            check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
 
 
 def _progress_line(m: dict[str, Any], total: int) -> str:

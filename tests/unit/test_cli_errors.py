@@ -1,0 +1,59 @@
+"""Bad inputs are refused early, in one line that names the problem; a closed pipe is quiet."""
+
+import json
+import subprocess
+import sys
+
+from spotlight.cli import main
+from spotlight.tasks import base_checkpoint
+
+
+def test_eval_names_a_file_that_is_not_a_checkpoint(tmp_path, capsys):
+    bad = tmp_path / "notes.safetensors"
+    bad.write_text("hello")
+    args = ["eval", "--task", "ocr-mini", "--out", str(tmp_path / "e"), "--checkpoint"]
+    assert main([*args, str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a safetensors checkpoint" in err and "Traceback" not in err
+    assert main([*args, str(tmp_path / "missing.safetensors")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_eval_names_a_checkpoint_of_the_other_task(tmp_path, capsys):
+    ocr = base_checkpoint("ocr-mini")
+    args = ["eval", "--task", "geneval-mini", "--checkpoint", ocr, "--out", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "32x64x1 images (an ocr-mini model); task geneval-mini scores 32x32x3" in err
+    assert not (tmp_path / "eval.json").exists()
+
+
+def test_a_corrupted_run_is_refused_before_ray_starts(tmp_path, capsys):
+    import ray
+
+    out = tmp_path / "run"
+    base = ["train", "--recipe", "tiny-smoke", "--set", "num_iterations=1", "--no-wandb"]
+    assert main([*base, "--runner", "local", "--out", str(out)]) == 0
+    (out / "checkpoint/policy.safetensors").write_bytes(b"garbage")
+    assert main(["train", "--resume", str(out), "--runner", "ray"]) == 2
+    assert "does not match its checksum" in capsys.readouterr().err
+    assert not ray.is_initialized()
+    assert json.loads((out / "config.json").read_text())["num_iterations"] == 1
+
+
+def test_a_closed_pipe_ends_quietly():
+    script = (
+        "import argparse, spotlight.cli as c\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.set_defaults(func=lambda a: [print('x' * 80) for _ in range(100000)] and 0)\n"
+        "c.build_parser = lambda: p\n"
+        "raise SystemExit(c.main([]))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.read(100)
+    proc.stdout.close()  # like `| head`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
