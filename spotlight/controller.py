@@ -930,6 +930,16 @@ class Controller:
         initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
         return state["iterations_done"], state["weights_version"], initial
 
+    def stop_trainer(self, next_it: int) -> None:
+        """End the trainer's loop early (the run stopped after ``next_it - 1`` iterations):
+        the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
+        import ray
+
+        from spotlight.trainer import STOP_BATCH, train_batch_key
+
+        if next_it < self.cfg.num_iterations:  # else its loop ends by itself
+            ray.get(self.actors.queue.post.remote(train_batch_key(next_it), [ray.put(STOP_BATCH)]))
+
     def finish(self) -> None:
         if self._trainer_thread is not None:
             self._trainer_thread.join(timeout=120)
@@ -1031,6 +1041,7 @@ def run_ray(
             _print(log, _progress_line(m, cfg.num_iterations))
             if reason is not None:
                 _print(log, _stop_line(reason, m, initial_val, cfg))
+                ctl.stop_trainer(it + 1)
                 break
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)

@@ -12,7 +12,9 @@ slice of it through :func:`spotlight.update.grpo_update` with gradients averaged
   (``FailureConfig``) without losing an update.
 
 Before the first iteration, rank 0 publishes the weights it starts from, so samplers and
-controller agree on version numbers from the start.
+controller agree on version numbers from the start. A run that ends before ``num_iterations``
+(it reached its target, or its wall cap) posts :data:`STOP_BATCH` as the next batch, which
+ends every worker's loop.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ import torch
 
 MAILBOX_WAIT_S = 5.0
 """Long-poll slice of the trainer's wait for its next batch."""
+
+
+STOP_BATCH = {"stop": True}
+"""Posted as a training batch by a driver that ends the run early: the trainer's loop ends."""
 
 
 def train_batch_key(iteration: int) -> str:
@@ -147,6 +153,8 @@ def train_loop(config: dict[str, Any]) -> None:
             actors.queue, train_batch_key(it), config["batch_timeout_s"], last_post
         )
         batch = ray.get(batch_ref)
+        if batch.get("stop"):  # the run ended before num_iterations
+            break
         t0 = time.perf_counter()
         trajectories = [Trajectory.from_bytes(b) for b in batch["trajectories"]]
         stats = grpo_update(
