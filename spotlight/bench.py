@@ -65,6 +65,20 @@ def run_runs(
     return folders
 
 
+def finished_runs(out: Path, modes: list[str], seeds: list[int]) -> dict[str, list[Path]]:
+    """The run folders under ``out/runs`` that have finished (a ``summary.json``), by mode;
+    modes with none are left out."""
+    folders = {
+        m: [
+            d
+            for seed in seeds
+            if ((d := out / "runs" / f"{m}-seed{seed}") / "summary.json").exists()
+        ]
+        for m in modes
+    }
+    return {m: dirs for m, dirs in folders.items() if dirs}
+
+
 def _check_same_config(run_dir: Path, cfg: Config) -> None:
     """A re-run reuses a run folder only if it ran this very config."""
     path = run_dir / "config.json"

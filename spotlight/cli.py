@@ -190,7 +190,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         run(Path(args.out), args.repeats, args.checkpoint_mb, log=sys.stdout)
         return 0
-    from spotlight.bench import MODES, plot_exploration, run_runs, summarize_runs
+    from spotlight.bench import MODES, finished_runs, plot_exploration, run_runs, summarize_runs
     from spotlight.controller import RayOptions, connect
 
     cfg = apply_overrides(get_recipe(args.recipe), args.set)
@@ -216,8 +216,11 @@ def _bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
-    connect(opts)  # one Ray for all runs
-    folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
+    if args.report_only:  # what has finished so far (a bench can span sessions)
+        folders = finished_runs(out, modes, args.seeds)
+    else:
+        connect(opts)  # one Ray for all runs
+        folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
     summary = summarize_runs(folders, args.target_delta)
     summary.update(
         recipe=cfg.recipe,
@@ -476,6 +479,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a recipe field, e.g. --set num_val_seeds=2 (repeatable)",
     )
     bench.add_argument("--name", help="exploration: output file stem (default: exploration)")
+    bench.add_argument(
+        "--report-only",
+        action="store_true",
+        help="exploration: write the report from the runs already finished, run nothing",
+    )
     bench.add_argument("--samplers", type=int, default=2)
     bench.add_argument("--repeats", type=int, default=5, help="regroup: repetitions")
     bench.add_argument(
