@@ -77,7 +77,8 @@ class ReplicaSpec:
     that share each item's samples; 1: the replica samples in its own process."""
     idle_priority: bool = False
     """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
-    replicas share the trainer's cores, the trainer keeps them, as on its own GPU."""
+    replicas share the trainer's cores, the trainer keeps them, as on its own GPU. (SP worker
+    processes, ``sp_degree > 1``, keep their priority.)"""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

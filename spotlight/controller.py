@@ -736,7 +736,9 @@ class Controller:
         ]
 
     def _budget(self) -> int:
-        """Seeds the replicas can explore during the predicted training time (measured)."""
+        """This iteration's exploration budget: ``budget_seeds`` when fixed; else, for
+        ``critical_path``, the cap; for ``spot``, the seeds the replicas can sample during the
+        predicted training time (both measured)."""
         from spotlight.planner import exploration_budget
 
         xcfg = self.cfg.exploration
