@@ -493,7 +493,9 @@ class SamplerReplica:
             self.counters["sp_regrow_failures"] += 1
             return
         except Exception:
-            logger.warning("SP workers %s could not be replaced:\n%s", lost, traceback.format_exc())
+            logger.warning(
+                "[spotlight] SP workers %s could not be replaced:\n%s", lost, traceback.format_exc()
+            )
             for wid in lost:
                 if wid in self._sp.workers:
                     self._sp.lose(wid)

@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Any, TextIO
 
+from spotlight import progress
 from spotlight.config import Config
 
 MODES = {
@@ -47,6 +48,10 @@ def run_runs(
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    done = len([d for ds in finished_runs(out, modes, seeds).values() for d in ds])
+    bar = progress.bar(
+        log, "bench", len(seeds) * len(modes), initial=done, unit="runs", every_s=None, leave=True
+    )
     for seed in seeds:
         for mode in modes:
             cfg = dataclasses.replace(
@@ -57,11 +62,13 @@ def run_runs(
             run_dir = out / "runs" / f"{mode}-seed{seed}"
             _check_same_config(run_dir, cfg)
             if not (run_dir / "summary.json").exists():  # a re-run continues where it stopped
-                if log is not None:
-                    print(f"[bench] {mode}, seed {seed} -> {run_dir}", file=log, flush=True)
+                progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
+                bar.set_postfix_str(f"{mode}, seed {seed}")
                 resume = (run_dir / "checkpoint" / "state.json").exists()
                 run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
+                bar.update(1)
             folders[mode].append(run_dir)
+    bar.close()
     return folders
 
 

@@ -130,7 +130,10 @@ def _eval(args: argparse.Namespace) -> int:
     prompts = task.prompts("val")[: args.num_prompts]
     policy = make_policy(PolicyConfig(name="tiny", checkpoint=checkpoint), args.device)
     t0 = time.perf_counter()
-    scores = score_prompts(policy, build_reward(task.reward), prompts, args.num_seeds, sampler)
+    reward = build_reward(task.reward)
+    scores = score_prompts(
+        policy, reward, prompts, args.num_seeds, sampler, chunk=64, log=sys.stdout
+    )
     extra = {"sampler": dataclasses.asdict(sampler), "seconds": time.perf_counter() - t0}
     path = write_eval(Path(args.out), task.name, checkpoint, scores, extra)
     doc = json.loads(path.read_text())

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from spotlight import progress
 from spotlight.config import Config
 from spotlight.costs import Ledger, PriceTable
 from spotlight.loop import (
@@ -48,6 +49,8 @@ from spotlight.loop import (
     update_seed,
     validate_now,
 )
+from spotlight.ray_logs import FILE_NAME as RAY_LOG
+from spotlight.ray_logs import RayLogRoute
 from spotlight.run_local import (
     CKPT_DIR,
     INITIAL_VAL,
@@ -231,9 +234,9 @@ def connect(opts: RayOptions, log: TextIO | None = None):
             log=log,
         )
         injector.tick(time.time())  # the nodes the trace starts with
-        # Removed nodes make Ray print their raylets' last words; the logs stay in Ray's
-        # session folder (/tmp/ray/session_latest/logs).
-        ray.init(address=cluster.address, namespace=NAMESPACE, runtime_env=env, log_to_driver=False)
+        # Removed nodes make Ray print their raylets' last words: ray_logs routes them to the
+        # run folder's ray.log.
+        ray.init(address=cluster.address, namespace=NAMESPACE, runtime_env=env)
         return True, injector
     if address:
         ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
@@ -243,7 +246,10 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         num_cpus=opts.num_samplers + opts.num_train_workers + 2,
         resources=local_resources(opts),
         namespace=NAMESPACE,
-        include_dashboard=False,
+        # Ray Train's placement-group cleaner polls the State API, which the dashboard serves:
+        # without it, it logs "Failed to query Ray Train Controller actor state" every second.
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",  # this machine only (another port if 8265 is taken)
         runtime_env=env,
     )
     return True, None
@@ -491,22 +497,38 @@ class Controller:
                 self._trainer_error
             )
 
-    def _wait(self, what: str, poll, timeout_s: float, status=None):
+    def _wait(
+        self,
+        what: str,
+        poll,
+        timeout_s: float,
+        desc: str | None = None,
+        total: int | None = None,
+        status=None,
+    ):
         """Call ``poll(wait_s)`` (a long-poll of up to ``wait_s``) until it returns something
-        not None, accounting time and printing ``status()`` every ``progress_every_s``."""
+        not None, accounting time. ``desc`` names a progress bar for the wait (of ``total``
+        items; ``status()`` -> (done, detail)), plain lines every ``progress_every_s`` off a
+        terminal."""
         deadline = time.monotonic() + timeout_s
-        last_print = time.monotonic()
-        while True:
-            value = poll(WAIT_SLICE_S)
-            self._tick()
-            if value is not None:
-                return value
-            now = time.monotonic()
-            if now > deadline:
-                raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s")
-            if status is not None and now - last_print > self.opts.progress_every_s:
-                _print(self.log, status())
-                last_print = now
+        bar = None
+        if desc is not None:
+            unit = "items" if total else "s"
+            bar = progress.bar(self.log, desc, total, unit=unit, every_s=self.opts.progress_every_s)
+        try:
+            while True:
+                value = poll(WAIT_SLICE_S)
+                self._tick()
+                if value is not None:
+                    return value
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s")
+                if bar is not None:
+                    done, detail = status() if status is not None else (0, "")
+                    bar.set(done, detail)
+        finally:
+            if bar is not None:
+                bar.close()
 
     def wait_version(self, version: int) -> None:
         import ray
@@ -527,7 +549,7 @@ class Controller:
             f"weights v{version}",
             poll,
             self.opts.item_timeout_s,
-            lambda: f"  waiting for the trainer to publish weights v{version}",
+            f"waiting for the trainer to publish weights v{version}",
         )
 
     def _queue_call(self, method: str, *args):
@@ -593,14 +615,14 @@ class Controller:
 
         def status():
             s = self.queue_stats
-            return (
-                f"  {label}: {len(done)}/{len(ids)} items, queue depth {s['pending']}, "
-                f"leased {s['leased']}, replicas {s['workers_by_pool']}, "
+            pools = " ".join(f"{p} {n}" for p, n in sorted(s["workers_by_pool"].items()))
+            return len(done), (
+                f"queue {s['pending']}, leased {s['leased']}, replicas {pools or 'none'}, "
                 f"${self.ledger.cost_usd():.4f}"
             )
 
         try:
-            self._wait(label, poll, self.opts.item_timeout_s, status)
+            self._wait(label, poll, self.opts.item_timeout_s, label, len(ids), status)
         except TimeoutError:
             self.items_lost += len(ids) - len(done)
             raise
@@ -685,7 +707,7 @@ class Controller:
             f"update of iteration {it}",
             lambda wait_s: self._queue_call("wait_post", update_key(it), wait_s),
             self.opts.item_timeout_s,
-            lambda: f"  iteration {it + 1}: waiting for the trainer's update",
+            f"iteration {it + 1}: the trainer's update",
         )
         ray.get(q.take.remote(train_batch_key(it)))
         ray.get(q.take.remote(update_key(it)))
@@ -785,7 +807,9 @@ class Controller:
                 f"exploration of iteration {exp.iteration}",
                 poll,
                 self.opts.item_timeout_s,
-                lambda: f"  iteration {exp.iteration + 1}: exploring, {len(done)}/{len(ids)} items",
+                f"iteration {exp.iteration + 1} exploration",
+                len(ids),
+                lambda: (len(done), ""),
             )
         results = ray.get(q.results.remote(ids))
         ray.get(q.drop.remote(ids))
@@ -972,12 +996,9 @@ def run_ray(
     opts: RayOptions | None = None,
     log: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Run ``cfg`` on Ray, writing ``out_dir`` (the layout of ``run_local`` plus ``report.png``
-    and the cost fields); returns the summary."""
-    import ray
-
+    """Run ``cfg`` on Ray, writing ``out_dir`` (the layout of ``run_local`` plus ``report.png``,
+    the cost fields and ``ray.log``, where Ray's own output goes); returns the summary."""
     from spotlight.rewards import preflight_reward
-    from spotlight.tracking import Tracker
 
     opts = opts or RayOptions()
     cfg.validate()
@@ -997,7 +1018,26 @@ def run_ray(
                 " it or choose another --out"
             )
         _write_json(out_dir / "config.json", cfg.to_dict())
-    started_here, injector = connect(opts, log)
+    with RayLogRoute(out_dir / RAY_LOG, log) as route:  # entered before ray.init's first lines
+        started_here, injector = connect(opts, log)
+        route.take_worker_output()
+        return _run_ray(cfg, out_dir, resume, opts, log, started_here, injector)
+
+
+def _run_ray(
+    cfg: Config,
+    out_dir: Path,
+    resume: bool,
+    opts: RayOptions,
+    log: TextIO | None,
+    started_here: bool,
+    injector,
+) -> dict[str, Any]:
+    """:func:`run_ray` once Ray is up (``started_here``: this call started it)."""
+    import ray
+
+    from spotlight.tracking import Tracker
+
     ctl = Controller(cfg, out_dir, opts, log, injector)
     try:
         check_capacity(opts, autoscaling=not started_here or injector is not None, log=log)
@@ -1018,6 +1058,15 @@ def run_ray(
                 f"validation reward before training {val:.4f}",
             )
         initial_val = initial_val_reward(out_dir)
+        run_bar = progress.bar(
+            log,
+            cfg.recipe,
+            cfg.num_iterations,
+            initial=start,
+            unit="iter",
+            every_s=None,
+            leave=True,
+        )
         for it in range(start, cfg.num_iterations):
             m = ctl.iteration(it, version)
             version = m["weights_version"]
@@ -1041,10 +1090,12 @@ def run_ray(
             if "val_reward" in m:
                 tracker.log_images(*ctl.val_samples, step=it + 1)
             _print(log, _progress_line(m, cfg.num_iterations))
+            run_bar.update(1)
             if reason is not None:
                 _print(log, _stop_line(reason, m, initial_val, cfg))
                 ctl.stop_trainer(it + 1)
                 break
+        run_bar.close()
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)
         _write_json(out_dir / "summary.json", summary)

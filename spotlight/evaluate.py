@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
 
+from spotlight import progress
 from spotlight.config import SamplerConfig
 from spotlight.policies.base import Policy
 from spotlight.rewards import Reward
@@ -39,17 +40,23 @@ def score_prompts(
     sampler: SamplerConfig,
     weights_version: int = 0,
     chunk: int = 256,
+    log: TextIO | None = None,
 ) -> list[PromptScores]:
-    """Sample every prompt with seeds ``0..num_seeds-1`` and score the images."""
+    """Sample every prompt with seeds ``0..num_seeds-1`` and score the images (a progress bar
+    of images on ``log``)."""
     if num_seeds < 1:
         raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
     flat = [(p, s) for p in prompts for s in range(num_seeds)]
     rewards: list[float] = []
-    for lo in range(0, len(flat), chunk):
-        part = flat[lo : lo + chunk]
-        trajs = sample(policy, [p for p, _ in part], [s for _, s in part], sampler, weights_version)
-        images = policy.decode(torch.stack([tr.latents for tr in trajs]))
-        rewards.extend(float(r) for r in reward(images, [p for p, _ in part]))
+    with progress.bar(log, "scoring", len(flat), unit="images") as bar:
+        for lo in range(0, len(flat), chunk):
+            part = flat[lo : lo + chunk]
+            trajs = sample(
+                policy, [p for p, _ in part], [s for _, s in part], sampler, weights_version
+            )
+            images = policy.decode(torch.stack([tr.latents for tr in trajs]))
+            rewards.extend(float(r) for r in reward(images, [p for p, _ in part]))
+            bar.update(len(part))
     return [
         PromptScores(p, list(range(num_seeds)), rewards[i * num_seeds : (i + 1) * num_seeds])
         for i, p in enumerate(prompts)

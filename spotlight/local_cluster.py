@@ -35,7 +35,9 @@ class LocalSpotCluster:
             head_node_args={
                 "num_cpus": head_cpus,
                 "resources": head_resources,
-                "include_dashboard": False,
+                # the State API (Ray Train's placement-group cleaner polls it) needs it
+                "include_dashboard": True,
+                "dashboard_host": "127.0.0.1",
             },
         )
         self.spot_cpus = spot_cpus

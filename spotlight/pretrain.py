@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from spotlight import progress
 from spotlight.policies.base import TextCond
 from spotlight.policies.tiny import TinyConfig, TinyPolicy
 from spotlight.tasks import Task, get_task
@@ -146,6 +147,7 @@ def pretrain(
     written: list[Path] = []
     t_start, loss_sum = time.perf_counter(), torch.zeros((), device=device)
     last_save = t_start
+    bar = progress.bar(log, f"pretrain {cfg.task}", total_steps, unit="steps", every_s=None)
     for step, (prompts, x0) in enumerate(loader):
         for group in opt.param_groups:
             group["lr"] = cfg.learning_rate * _lr_factor(step, cfg.warmup_steps, total_steps)
@@ -182,6 +184,8 @@ def pretrain(
             )
             written.append(path)
             _log(log, f"[pretrain {cfg.task}] wrote {path}")
+        bar.update(1)
+    bar.close()
     return written
 
 
@@ -226,5 +230,4 @@ def _save(
 
 
 def _log(log: TextIO | None, line: str) -> None:
-    if log is not None:
-        print(line, file=log, flush=True)
+    progress.line(log, line)

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import torch
 from safetensors.torch import load_file, save_file
 
+from spotlight import progress
 from spotlight.config import Config
 from spotlight.loop import ReferenceLoop, stop_reason, validate_now
 from spotlight.plots import plot_rewards
@@ -63,6 +64,9 @@ def run_local(
             f"validation reward before training {val:.4f}",
         )
     initial_val = initial_val_reward(out_dir)
+    run_bar = progress.bar(
+        log, cfg.recipe, cfg.num_iterations, initial=start, unit="iter", every_s=None, leave=True
+    )
     for it in range(start, cfg.num_iterations):
         m = loop.run_iteration(it)
         if validate_now(cfg, it, time.perf_counter() - t_start):
@@ -75,9 +79,11 @@ def run_local(
             f.write(json.dumps(m) + "\n")
         _save_checkpoint(loop, out_dir, it + 1, cfg)
         _print(log, _progress_line(m, cfg.num_iterations))
+        run_bar.update(1)
         if reason is not None:
             _print(log, _stop_line(reason, m, initial_val, cfg))
             break
+    run_bar.close()
     summary = _summarize(metrics_path, cfg)
     _write_json(out_dir / "summary.json", summary)
     plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
@@ -230,5 +236,4 @@ def _atomic(path: Path, write) -> None:
 
 
 def _print(log: TextIO | None, line: str) -> None:
-    if log is not None:
-        print(line, file=log, flush=True)
+    progress.line(log, line)

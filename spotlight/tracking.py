@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from spotlight.config import Config
 
 
@@ -54,7 +56,7 @@ class Tracker:
         self._run.log(
             {
                 "samples": [
-                    wandb.Image(img.squeeze(), caption=f"{p} (seed {s})")
+                    wandb.Image(np.asarray(img).squeeze(), caption=f"{p} (seed {s})")
                     for img, p, s in zip(images, prompts, seeds, strict=True)
                 ]
             },
@@ -65,7 +67,7 @@ class Tracker:
         if self._run is None:
             return
         for k, v in summary.items():
-            if isinstance(v, int | float):
+            if isinstance(v, int | float | str):
                 self._run.summary[k] = v
         self._run.finish()
 
