@@ -147,9 +147,6 @@ class RequestQueue:
         self._mailbox[key] = value
         self._notify()
 
-    async def peek(self, key: str) -> Any:
-        return self._mailbox.get(key)
-
     async def wait_post(self, key: str, wait_s: float) -> Any:
         """The value under ``key`` as soon as it is posted (None after ``wait_s``)."""
         return await self._until(lambda: self._mailbox.get(key), wait_s)

@@ -14,11 +14,9 @@ version raises instead of being sampled from.
 
 from __future__ import annotations
 
-import dataclasses
-import time
-
 import ray
 
+from spotlight.polling import poll_until
 from spotlight.weights import WeightsCorrupted, WeightsHeader, checksum, unpack_state
 
 
@@ -29,7 +27,6 @@ class WeightBroadcast:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self._keep = keep
         self._versions: dict[int, tuple[WeightsHeader, ray.ObjectRef]] = {}
-        self._published_at: dict[int, float] = {}
 
     def publish(self, header: WeightsHeader, data: bytes) -> None:
         """Verify and store a version; a mismatching checksum or length is refused."""
@@ -39,13 +36,8 @@ class WeightBroadcast:
                 f"({len(data)} bytes, expected {header.num_bytes}); version refused"
             )
         self._versions[header.version] = (header, ray.put(data))
-        self._published_at[header.version] = time.time()
         for old in sorted(self._versions)[: -self._keep]:
             del self._versions[old]
-            self._published_at.pop(old, None)
-
-    def latest(self) -> WeightsHeader | None:
-        return self._versions[max(self._versions)][0] if self._versions else None
 
     def header(self, version: int) -> WeightsHeader | None:
         entry = self._versions.get(version)
@@ -55,10 +47,6 @@ class WeightBroadcast:
         """The header and ``[ref]`` of ``version`` (a list, so Ray does not resolve the ref)."""
         entry = self._versions.get(version)
         return (entry[0], [entry[1]]) if entry else None
-
-    def published_at(self, version: int) -> float | None:
-        """Wall-clock time the version was published (for pick-up latency figures)."""
-        return self._published_at.get(version)
 
     def versions(self) -> list[int]:
         return sorted(self._versions)
@@ -83,21 +71,17 @@ def fetch_weights(broadcast, version: int, timeout_s: float = 300.0):
         TimeoutError: the version did not appear within ``timeout_s``.
         LookupError: the version was published and has since been dropped (too stale).
     """
-    deadline = time.monotonic() + timeout_s
-    delay = 0.01
-    while True:
+
+    def probe():
         entry = ray.get(broadcast.get.remote(version))
-        if entry is not None:
-            header, (ref,) = entry
-            return header, unpack_state(ray.get(ref), header)
-        kept = ray.get(broadcast.versions.remote())
-        if kept and version < kept[0]:
-            raise LookupError(f"weights v{version} is gone; the broadcast keeps {kept}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"weights v{version} not published within {timeout_s:.0f} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        if entry is None:
+            kept = ray.get(broadcast.versions.remote())
+            if kept and version < kept[0]:
+                raise LookupError(f"weights v{version} is gone; the broadcast keeps {kept}")
+        return entry
 
-
-def header_dict(header: WeightsHeader) -> dict:
-    return dataclasses.asdict(header)
+    entry = poll_until(probe, timeout_s, first_delay_s=0.01, max_delay_s=0.2)
+    if entry is None:
+        raise TimeoutError(f"weights v{version} not published within {timeout_s:.0f} s")
+    header, (ref,) = entry
+    return header, unpack_state(ray.get(ref), header)

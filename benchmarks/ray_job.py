@@ -3,7 +3,8 @@ weights pick-up, peak memory of everything the run started.
 
 python benchmarks/ray_job.py --out docs/bench       # writes ray_job.json and prints a summary
 
-Both runs use the same recipe and seeds with validation only after the last iteration; the
+Both runs use the same recipe and seeds, exploration off (the single-process loop has none),
+with validation only after the last iteration; the
 time per iteration is the median over iterations 2..N-1 (the first warms up, the last
 validates). Memory is the peak of the summed PSS (proportional set size: shared pages, such as
 torch's libraries and Ray's object store, split among the processes that map them, so the sum
@@ -72,8 +73,12 @@ def main() -> None:
     ap.add_argument("--memory-iterations", type=int, default=3)
     ap.add_argument("--out", default="docs/bench")
     args = ap.parse_args()
-    cfg = dataclasses.replace(
-        get_recipe(args.recipe), num_iterations=args.iterations, val_every=10**6
+    recipe = get_recipe(args.recipe)
+    cfg = dataclasses.replace(  # exploration off: the single-process loop has none
+        recipe,
+        num_iterations=args.iterations,
+        val_every=10**6,
+        exploration=dataclasses.replace(recipe.exploration, mode="off"),
     )
     result: dict = {"recipe": args.recipe, "iterations": args.iterations}
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -79,7 +79,6 @@ class ReplicaSpec:
     """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
     replicas share the trainer's cores, the trainer keeps them, as on its own GPU. (SP worker
     processes, ``sp_degree > 1``, keep their priority.)"""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def idle_thread_priority() -> None:

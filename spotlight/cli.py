@@ -39,18 +39,21 @@ def _train(args: argparse.Namespace) -> int:
             raise ValueError("--spot-trace replays preemptions on Ray: use --runner ray")
         from spotlight.run_local import run_local  # torch import: after argument checks
 
-        if cfg.exploration.mode != "off":
-            print(
-                f"[spotlight] note: exploration.mode={cfg.exploration.mode} needs the Ray runner"
-                " (it explores while the trainer trains); --runner local samples random seeds",
-                file=sys.stderr,
-            )
         run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
         return 0
-    from spotlight.controller import RayOptions, run_ray
-    from spotlight.costs import PriceTable
+    from spotlight.controller import run_ray
 
-    opts = RayOptions(
+    opts = ray_options_from_args(args)
+    opts.validate()
+    run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
+    return 0
+
+
+def ray_options_from_args(args: argparse.Namespace):
+    """The :class:`RayOptions` that ``spotlight train``'s flags ask for."""
+    from spotlight.controller import RayOptions
+
+    return RayOptions(
         num_samplers=args.samplers,
         num_train_workers=args.train_workers,
         threads_per_worker=args.threads,
@@ -75,9 +78,6 @@ def _train(args: argparse.Namespace) -> int:
         sp_degree=args.sp_degree,
         sp_workers=args.sp_workers,
     )
-    opts.validate()
-    run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
-    return 0
 
 
 def _resumed_config(run_dir: Path, recipe: str | None) -> Config:
@@ -254,7 +254,28 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_price_flags(parser: argparse.ArgumentParser) -> None:
+    prices = PriceTable()
+    parser.add_argument(
+        "--on-demand-usd-per-gpu-h",
+        type=float,
+        default=prices.on_demand_usd_per_gpu_h,
+        help="on-demand GPU price (default: AWS p5.48xlarge per GPU, %(default)s; see"
+        " spotlight/costs.py)",
+    )
+    parser.add_argument(
+        "--spot-discount",
+        type=float,
+        default=prices.spot_discount,
+        help="spot price = on-demand x (1 - discount) (default %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from spotlight.controller import RayOptions
+    from spotlight.tasks import TASK_NAMES
+
+    ray_defaults = RayOptions()  # the CLI's defaults are the dataclass's
     parser = argparse.ArgumentParser(prog="spotlight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="run Flow-GRPO training (on Ray by default)")
@@ -275,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", help="output folder (default runs/<recipe>-<time>)")
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--checkpoint", help="policy checkpoint / model folder to start from")
-    train.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    train.add_argument(
+        "--device", default=ray_defaults.device, help="torch device (default %(default)s)"
+    )
     train.add_argument(
         "--runner",
         choices=["ray", "local"],
@@ -283,11 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="ray: the Serve/Train job (a local Ray unless RAY_ADDRESS is set); "
         "local: the single-process reference loop",
     )
-    train.add_argument("--samplers", type=int, default=2, help="sampler replicas (ray runner)")
+    train.add_argument(
+        "--samplers",
+        type=int,
+        default=ray_defaults.num_samplers,
+        help="sampler replicas (ray runner; default %(default)s)",
+    )
     train.add_argument(
         "--sp-degree",
         type=int,
-        default=1,
+        default=ray_defaults.sp_degree,
         help="SP group size: GPUs (locally: worker processes) per sample, Ulysses SP above 1",
     )
     train.add_argument(
@@ -297,13 +325,22 @@ def build_parser() -> argparse.ArgumentParser:
         " --sp-degree that share its items (default: --sp-degree, one group)",
     )
     train.add_argument(
-        "--train-workers", type=int, default=1, help="Ray Train data-parallel workers"
+        "--train-workers",
+        type=int,
+        default=ray_defaults.num_train_workers,
+        help="Ray Train data-parallel workers (default %(default)s)",
     )
     train.add_argument(
-        "--threads", type=int, default=1, help="torch threads per sampler / reward replica"
+        "--threads",
+        type=int,
+        default=ray_defaults.threads_per_worker,
+        help="torch threads per sampler / reward replica (default %(default)s)",
     )
     train.add_argument(
-        "--trainer-threads", type=int, default=2, help="torch threads per Ray Train worker"
+        "--trainer-threads",
+        type=int,
+        default=ray_defaults.trainer_threads,
+        help="torch threads per Ray Train worker (default %(default)s)",
     )
     train.add_argument(
         "--no-idle-priority",
@@ -316,26 +353,32 @@ def build_parser() -> argparse.ArgumentParser:
     pre_g.add_argument(
         "--commit-every",
         type=int,
-        default=4,
-        help="replicas commit in-flight items every K denoising steps (0: on a notice only)",
+        default=ray_defaults.commit_every,
+        help="replicas commit in-flight items every K denoising steps (0: on a notice only;"
+        " default %(default)s)",
     )
     pre_g.add_argument(
         "--lease-s",
         type=float,
-        default=30.0,
-        help="item lease (a silent replica's items wait this long)",
+        default=ray_defaults.lease_s,
+        help="item lease (a silent replica's items wait this long; default %(default)s)",
     )
     pre_g.add_argument(
         "--spill",
         choices=["never", "after_wait", "always"],
-        default="after_wait",
-        help="when on-demand sampler replicas take rollout items",
+        default=ray_defaults.spill,
+        help="when on-demand sampler replicas take rollout items (default %(default)s)",
     )
-    pre_g.add_argument("--spill-wait-s", type=float, default=30.0, help="for --spill after_wait")
+    pre_g.add_argument(
+        "--spill-wait-s",
+        type=float,
+        default=ray_defaults.spill_wait_s,
+        help="for --spill after_wait (default %(default)s)",
+    )
     pre_g.add_argument(
         "--notice-sources",
         nargs="*",
-        default=[],
+        default=list(ray_defaults.notice_sources),
         choices=["aws", "gcp"],
         help="clouds whose instance-metadata preemption notices replicas poll",
     )
@@ -346,38 +389,37 @@ def build_parser() -> argparse.ArgumentParser:
         " Oobleck .csv; a bare name finds the shipped ones in spotlight/assets/traces)",
     )
     pre_g.add_argument(
-        "--trace-time-scale", type=float, default=600.0, help="replay this many times faster"
+        "--trace-time-scale",
+        type=float,
+        default=ray_defaults.trace_time_scale,
+        help="replay this many times faster (default %(default)s)",
     )
     pre_g.add_argument(
-        "--trace-notice-s", type=float, default=5.0, help="wall seconds of notice per preemption"
+        "--trace-notice-s",
+        type=float,
+        default=ray_defaults.trace_notice_s,
+        help="wall seconds of notice per preemption (default %(default)s)",
     )
     pre_g.add_argument(
         "--trace-hard-share",
         type=float,
-        default=0.0,
-        help="share of replayed preemptions without a notice (a hard kill)",
+        default=ray_defaults.trace_hard_share,
+        help="share of replayed preemptions without a notice (a hard kill; default %(default)s)",
     )
     pre_g.add_argument(
         "--trace-start-h", type=float, help="trace hour to start at (default: first capacity)"
     )
-    pre_g.add_argument("--trace-seed", type=int, default=0, help="which nodes are preempted")
-    prices = PriceTable()
-    train.add_argument(
-        "--on-demand-usd-per-gpu-h",
-        type=float,
-        default=prices.on_demand_usd_per_gpu_h,
-        help="on-demand GPU price (default: AWS p5.48xlarge per GPU; see spotlight/costs.py)",
+    pre_g.add_argument(
+        "--trace-seed",
+        type=int,
+        default=ray_defaults.trace_seed,
+        help="which nodes are preempted",
     )
-    train.add_argument(
-        "--spot-discount",
-        type=float,
-        default=prices.spot_discount,
-        help="spot price = on-demand x (1 - discount)",
-    )
+    _add_price_flags(train)
     train.set_defaults(func=_train)
 
     pre = sub.add_parser("pretrain", help="flow-matching pretraining of a tiny base model")
-    pre.add_argument("--task", required=True, choices=["ocr-mini", "geneval-mini"])
+    pre.add_argument("--task", required=True, choices=TASK_NAMES)
     pre.add_argument("--num-samples", type=int, default=1_000_000, help="training samples")
     pre.add_argument("--batch-size", type=int, default=256)
     pre.add_argument("--seed", type=int, default=0)
@@ -400,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.set_defaults(func=_pretrain)
 
     ev = sub.add_parser("eval", help="score a checkpoint on a task's validation prompts")
-    ev.add_argument("--task", required=True, choices=["ocr-mini", "geneval-mini"])
+    ev.add_argument("--task", required=True, choices=TASK_NAMES)
     ev.add_argument("--checkpoint", help="tiny-policy checkpoint (default: the shipped base model)")
     ev.add_argument("--num-seeds", type=int, default=8, help="seeds 0..N-1 per prompt")
     ev.add_argument("--num-prompts", type=int, default=None, help="first N validation prompts")
@@ -441,11 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="fit k from this exploration.json (spotlight bench exploration) and use it",
     )
-    sim_prices = PriceTable()
-    sim.add_argument(
-        "--on-demand-usd-per-gpu-h", type=float, default=sim_prices.on_demand_usd_per_gpu_h
-    )
-    sim.add_argument("--spot-discount", type=float, default=sim_prices.spot_discount)
+    _add_price_flags(sim)
     sim.set_defaults(func=_simulate)
 
     bench = sub.add_parser("bench", help="benchmarks that need real runs")
@@ -487,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exploration: write the report from the runs already finished, run nothing",
     )
-    bench.add_argument("--samplers", type=int, default=2)
+    bench.add_argument("--samplers", type=int, default=ray_defaults.num_samplers)
     bench.add_argument("--repeats", type=int, default=5, help="regroup: repetitions")
     bench.add_argument(
         "--checkpoint-mb", type=int, default=256, help="regroup: checkpoint size to load cold"

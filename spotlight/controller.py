@@ -49,6 +49,7 @@ from spotlight.loop import (
     update_seed,
     validate_now,
 )
+from spotlight.polling import poll_until
 from spotlight.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.ray_logs import RayLogRoute
 from spotlight.run_local import (
@@ -326,7 +327,6 @@ class Controller:
         """Counters a resumed run carried over, when the queue's own were lost."""
         self._outstanding: dict[str, Any] = {}
         """Items submitted and not yet collected (re-submitted if the queue loses its state)."""
-        self.pickup_s: list[float] = []
         self._trainer_thread: threading.Thread | None = None
         self._trainer_error: BaseException | None = None
         self._last_tick = time.monotonic()
@@ -536,14 +536,7 @@ class Controller:
         b = self.actors.broadcast
 
         def poll(wait_s: float):
-            t_end = time.monotonic() + wait_s
-            delay = 0.005
-            while True:
-                header = ray.get(b.header.remote(version))
-                if header is not None or time.monotonic() > t_end:
-                    return header
-                time.sleep(delay)
-                delay = min(2 * delay, 0.1)
+            return poll_until(lambda: ray.get(b.header.remote(version)), wait_s)
 
         self._wait(
             f"weights v{version}",

@@ -14,17 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spotlight.seeds import max_variance_subset, spearman
+from spotlight.streams import EXPLORE_STREAM, SEED_SPACE, iteration_rng
 from spotlight.work_queue import ItemResult, WorkItem
-
-_SEED_SPACE = 2**31 - 1
-EXPLORE_STREAM = 2
-"""Random stream (spotlight.loop.iteration_rng) of an iteration's candidate seeds."""
 
 
 def candidate_seeds(seed: int, iteration: int, prompt_index: int, n: int) -> list[int]:
     """The first ``n`` candidate seeds of prompt ``prompt_index`` of ``iteration``."""
-    rng = np.random.default_rng([seed, iteration, EXPLORE_STREAM, prompt_index])
-    return rng.integers(0, _SEED_SPACE, size=n).tolist()
+    rng = iteration_rng(seed, iteration, EXPLORE_STREAM, prompt_index)
+    return rng.integers(0, SEED_SPACE, size=n).tolist()
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import torch
 
 from spotlight.config import Config
@@ -21,13 +20,15 @@ from spotlight.policies.base import Policy
 from spotlight.prompts import word_prompts
 from spotlight.rewards import Reward
 from spotlight.sampler import sample
+from spotlight.streams import (
+    BATCH_STREAM,
+    SEED_SPACE,
+    SHUFFLE_STREAM,
+    UPDATE_STREAM,
+    iteration_rng,
+)
 from spotlight.tasks import get_task
 from spotlight.update import grpo_update
-
-_SEED_SPACE = 2**31 - 1
-SHUFFLE_STREAM = 3
-"""Random stream of the control runs' advantage permutation (0: batch, 1: update seed, 2:
-exploration)."""
 
 
 def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
@@ -50,11 +51,6 @@ def stop_reason(cfg: Config, row: dict[str, Any], initial_val: float | None) -> 
     return None
 
 
-def iteration_rng(seed: int, iteration: int, stream: int) -> np.random.Generator:
-    """Independent random stream ``stream`` of iteration ``iteration``."""
-    return np.random.default_rng([seed, iteration, stream])
-
-
 def iteration_batch(
     cfg: Config, pool: list[str], iteration: int, with_init_seeds: bool = False
 ) -> tuple[list[str], list[int]] | tuple[list[str], list[int], list[int] | None]:
@@ -65,16 +61,16 @@ def iteration_batch(
     group, repeated for its G members (so they share their initial noise), else None. They are
     drawn after the seeds, so prompts and seeds are the same either way.
     """
-    rng = iteration_rng(cfg.seed, iteration, 0)
+    rng = iteration_rng(cfg.seed, iteration, BATCH_STREAM)
     idx = rng.choice(len(pool), size=cfg.num_prompts_per_iteration, replace=False)
     group = cfg.grpo.group_size
     prompts = [pool[i] for i in idx for _ in range(group)]
-    seeds = rng.integers(0, _SEED_SPACE, size=len(prompts)).tolist()
+    seeds = rng.integers(0, SEED_SPACE, size=len(prompts)).tolist()
     if not with_init_seeds:
         return prompts, seeds
     init_seeds = None
     if cfg.sampler.group_init_noise:
-        per_group = rng.integers(0, _SEED_SPACE, size=len(idx)).tolist()
+        per_group = rng.integers(0, SEED_SPACE, size=len(idx)).tolist()
         init_seeds = [s for s in per_group for _ in range(group)]
     return prompts, seeds, init_seeds
 
@@ -103,7 +99,7 @@ def score_groups(
 
 def update_seed(cfg: Config, iteration: int) -> int:
     """Seed of iteration ``iteration``'s update (timestep subset, chunk order)."""
-    return int(iteration_rng(cfg.seed, iteration, 1).integers(_SEED_SPACE))
+    return int(iteration_rng(cfg.seed, iteration, UPDATE_STREAM).integers(SEED_SPACE))
 
 
 def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:

@@ -38,6 +38,12 @@ def run_local(
     With ``resume`` the run continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
+    if cfg.exploration.mode != "off":
+        raise ValueError(
+            f"exploration.mode={cfg.exploration.mode} needs the Ray runner (it explores on"
+            " sampler replicas while the trainer trains); the reference loop samples random"
+            " seeds: add --set exploration.mode=off, or use --runner ray"
+        )
     preflight_run(cfg, out_dir, resume)
     loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
     out_dir.mkdir(parents=True, exist_ok=True)

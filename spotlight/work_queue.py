@@ -251,9 +251,6 @@ class WorkQueue:
         self.checkpoints_committed += 1
         return True
 
-    def checkpoint(self, item_id: str) -> ItemCheckpoint | None:
-        return self._checkpoints.get(item_id)
-
     def leased(self) -> list[dict[str, Any]]:
         """Items in flight: id, kind, holder and the step of the last commit (0: none)."""
         return [

@@ -204,13 +204,16 @@ def test_the_local_loop_shares_initial_noise_within_groups_when_asked(monkeypatc
     assert len({t.seed for t in trajs}) == len(trajs)  # the step noise stays per sample
 
 
-def test_the_local_runner_says_it_does_not_explore(tmp_path, capsys):
+def test_the_local_runner_refuses_an_exploration_mode_it_cannot_run(tmp_path, capsys):
     args = ["train", "--recipe", "tiny-smoke", "--runner", "local", "--iterations", "0"]
     assert main([*args, "--out", str(tmp_path / "off")]) == 0
     assert "exploration" not in capsys.readouterr().err
     spot = ["--set", "exploration.mode=spot", "--out", str(tmp_path / "spot")]
-    assert main([*args, *spot]) == 0
-    assert "exploration.mode=spot needs the Ray runner" in capsys.readouterr().err
+    assert main([*args, *spot]) == 2
+    err = capsys.readouterr().err
+    assert "exploration.mode=spot needs the Ray runner" in err
+    assert "--set exploration.mode=off" in err
+    assert not (tmp_path / "spot").exists()  # refused before anything is written
 
 
 def test_validate_now_and_stop_reason():
