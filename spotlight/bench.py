@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
+from spotlight.run_folder import METRICS, SUMMARY
 
 MODES = {
     "off": {"mode": "off"},
@@ -61,7 +62,7 @@ def run_runs(
             )
             run_dir = out / "runs" / f"{mode}-seed{seed}"
             _check_same_config(run_dir, cfg)
-            if not (run_dir / "summary.json").exists():  # a re-run continues where it stopped
+            if not (run_dir / SUMMARY).exists():  # a re-run continues where it stopped
                 progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
                 bar.set_postfix_str(f"{mode}, seed {seed}")
                 resume = (run_dir / "checkpoint" / "state.json").exists()
@@ -76,11 +77,7 @@ def finished_runs(out: Path, modes: list[str], seeds: list[int]) -> dict[str, li
     """The run folders under ``out/runs`` that have finished (a ``summary.json``), by mode;
     modes with none are left out."""
     folders = {
-        m: [
-            d
-            for seed in seeds
-            if ((d := out / "runs" / f"{m}-seed{seed}") / "summary.json").exists()
-        ]
+        m: [d for seed in seeds if ((d := out / "runs" / f"{m}-seed{seed}") / SUMMARY).exists()]
         for m in modes
     }
     return {m: dirs for m, dirs in folders.items() if dirs}
@@ -124,7 +121,7 @@ def summarize_runs(folders: dict[str, list[Path]], target_delta: float) -> dict[
 
 
 def _run_figures(run_dir: Path, target_delta: float) -> dict[str, Any]:
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+    rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines() if x]
     initial = json.loads((run_dir / "val_initial.json").read_text())["val_reward"]
     target = initial + target_delta
     hit = next((r for r in rows if r.get("val_reward", -1.0) >= target), None)

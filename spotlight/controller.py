@@ -52,20 +52,23 @@ from spotlight.loop import (
 from spotlight.polling import poll_until
 from spotlight.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.ray_logs import RayLogRoute
-from spotlight.run_local import (
+from spotlight.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
-    _atomic,
-    _last_wall_s,
-    _print,
-    _progress_line,
-    _sha256,
-    _stop_line,
-    _truncate_metrics,
-    _write_json,
+    METRICS,
+    SUMMARY,
+    append_row,
+    atomic,
     initial_val_reward,
+    last_wall_s,
     preflight_run,
+    progress_line,
     read_checkpoint_state,
+    sha256,
+    stop_line,
+    summarize,
+    truncate_metrics,
+    write_json,
 )
 
 APP_NAME = "spotlight"
@@ -290,7 +293,7 @@ def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | No
     if not missing:
         return
     if autoscaling:
-        _print(log, "[spotlight] waiting for the autoscaler: " + "; ".join(missing))
+        progress.line(log, "[spotlight] waiting for the autoscaler: " + "; ".join(missing))
         return
     raise ValueError("this Ray cluster cannot run the job: " + "; ".join(missing))
 
@@ -366,7 +369,7 @@ class Controller:
             if kept:  # the queue's counters went on counting this run
                 self._counter_base = {}
         self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
-        _print(
+        progress.line(
             self.log,
             f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
             f"replica(s), {self.opts.num_train_workers} trainer worker(s)"
@@ -430,7 +433,7 @@ class Controller:
                 serve._run(app, _blocking=False, name=name, route_prefix=None, logging_config=quiet)
             else:
                 serve.run(app, name=name, route_prefix=None, logging_config=quiet)
-        _print(
+        progress.line(
             self.log,
             f"[spotlight] serve app {'deployed' if trace else 'up'} in"
             f" {time.perf_counter() - t0:.1f} s",
@@ -483,7 +486,7 @@ class Controller:
         """Account held GPU time since the last tick; fail fast when the trainer died."""
         if self.injector is not None:
             for ev in self.injector.tick(time.time()):
-                _print(self.log, f"  [spot trace] {ev.kind} spot node {ev.slot}")
+                progress.line(self.log, f"  [spot trace] {ev.kind} spot node {ev.slot}")
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
         stats = self._queue_call("stats")
@@ -585,7 +588,7 @@ class Controller:
         if self._posted is not None:  # the training batch the trainer may still wait for
             ray.get(q.post.remote(*self._posted))
         self.queue_restarts += 1
-        _print(
+        progress.line(
             self.log,
             f"  the request queue restarted with no state: re-submitted {len(outstanding)}"
             " outstanding item(s)",
@@ -894,16 +897,16 @@ class Controller:
 
         data = ray.get(ref)
         unpack_state(data, header)  # verify before it becomes the run's checkpoint
-        _atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
+        atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
         opt = self._pending_optimizer
-        _atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
-        _write_json(
+        atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
+        write_json(
             ckpt / "state.json",
             {
                 "iterations_done": done,
                 "weights_version": version,
                 "recipe": self.cfg.recipe,
-                "policy_sha256": _sha256(ckpt / "policy.safetensors"),
+                "policy_sha256": sha256(ckpt / "policy.safetensors"),
                 "ledger": self.ledger.to_dict(),
                 "next_selection": self._selection_state(),
                 "counters": self.fault_counters(),
@@ -1010,7 +1013,7 @@ def run_ray(
                 f"{out_dir} already holds a run; pass --resume {out_dir} to continue"
                 " it or choose another --out"
             )
-        _write_json(out_dir / "config.json", cfg.to_dict())
+        write_json(out_dir / "config.json", cfg.to_dict())
     with RayLogRoute(out_dir / RAY_LOG, log) as route:  # entered before ray.init's first lines
         started_here, injector = connect(opts, log)
         route.take_worker_output()
@@ -1035,17 +1038,17 @@ def _run_ray(
     try:
         check_capacity(opts, autoscaling=not started_here or injector is not None, log=log)
         start, version = ctl.start(resume)
-        metrics_path = out_dir / "metrics.jsonl"
-        _truncate_metrics(metrics_path, start)
-        t_start = time.perf_counter() - _last_wall_s(metrics_path)
+        metrics_path = out_dir / METRICS
+        truncate_metrics(metrics_path, start)
+        t_start = time.perf_counter() - last_wall_s(metrics_path)
         tracker = Tracker(cfg, out_dir, enabled=opts.wandb, resume=resume)
         ctl._tick()
         if start == 0:
             val = ctl.evaluate(-1, version)
-            _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
+            write_json(out_dir / INITIAL_VAL, {"val_reward": val})
             tracker.log({"val_reward": val, "iteration": -1, "weights_version": version})
             tracker.log_images(*ctl.val_samples, step=0)
-            _print(
+            progress.line(
                 log,
                 f"[spotlight] {cfg.recipe} on Ray: {cfg.num_iterations} iterations, "
                 f"validation reward before training {val:.4f}",
@@ -1076,28 +1079,27 @@ def _run_ray(
             reason = stop_reason(cfg, m, initial_val)
             if reason is not None:
                 m["stopped"] = reason
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(m) + "\n")
+            append_row(metrics_path, m)
             ctl.save_checkpoint(it + 1, version)
             tracker.log({k: v for k, v in m.items() if k != "stopped"})
             if "val_reward" in m:
                 tracker.log_images(*ctl.val_samples, step=it + 1)
-            _print(log, _progress_line(m, cfg.num_iterations))
+            progress.line(log, progress_line(m, cfg.num_iterations))
             run_bar.update(1)
             if reason is not None:
-                _print(log, _stop_line(reason, m, initial_val, cfg))
+                progress.line(log, stop_line(reason, m, initial_val, cfg))
                 ctl.stop_trainer(it + 1)
                 break
         run_bar.close()
         ctl.finish()
         summary = _summary(metrics_path, cfg, ctl)
-        _write_json(out_dir / "summary.json", summary)
+        write_json(out_dir / SUMMARY, summary)
         from spotlight.plots import plot_report, plot_rewards
 
         plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
         plot_report(out_dir, title=f"{cfg.recipe} on Ray: {out_dir.name}")
         tracker.finish(summary)
-        _print(
+        progress.line(
             log,
             f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, report.png, {CKPT_DIR}/)",
         )
@@ -1122,10 +1124,8 @@ def _cleanup() -> None:
 
 
 def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]:
-    from spotlight.run_local import _summarize
-
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
-    out = _summarize(metrics_path, cfg)
+    out = summarize(metrics_path, cfg)
     out.update(ctl.ledger.snapshot())
     out.update(
         runner="ray",

@@ -86,7 +86,7 @@ class RayLogRoute:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", buffering=1)
         handler = logging.StreamHandler(self._file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
+        handler.setFormatter(_PlainFormatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
         handler.setLevel(logging.INFO)
         self._file_handler = handler
         with contextlib.suppress(ImportError):  # Serve's driver logger gets its console
@@ -164,6 +164,13 @@ class RayLogRoute:
             with self._lock:
                 self._file.close()
                 self._file = None
+
+
+class _PlainFormatter(logging.Formatter):
+    """Ray colours some driver messages (the dashboard URL); a file gets them plain."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _ANSI.sub("", super().format(record))
 
 
 def _autoscaler_events(lines: list[str]):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,9 +15,25 @@ from spotlight.loop import ReferenceLoop, stop_reason, validate_now
 from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
+from spotlight.run_folder import (
+    CKPT_DIR,
+    INITIAL_VAL,
+    METRICS,
+    SUMMARY,
+    append_row,
+    atomic,
+    initial_val_reward,
+    last_wall_s,
+    preflight_run,
+    progress_line,
+    read_checkpoint_state,
+    sha256,
+    stop_line,
+    summarize,
+    truncate_metrics,
+    write_json,
+)
 
-CKPT_DIR = "checkpoint"
-INITIAL_VAL = "val_initial.json"
 """Validation reward of the starting weights (iteration 0)."""
 
 
@@ -56,15 +69,15 @@ def run_local(
                 f"{out_dir} already holds a run; pass --resume {out_dir} to continue"
                 " it or choose another --out"
             )
-        _write_json(out_dir / "config.json", cfg.to_dict())
-    metrics_path = out_dir / "metrics.jsonl"
-    _truncate_metrics(metrics_path, start)
+        write_json(out_dir / "config.json", cfg.to_dict())
+    metrics_path = out_dir / METRICS
+    truncate_metrics(metrics_path, start)
     metrics_path.touch()  # a run of 0 iterations (validation only) has an empty one
-    t_start = time.perf_counter() - _last_wall_s(metrics_path)  # wall_s continues on resume
+    t_start = time.perf_counter() - last_wall_s(metrics_path)  # wall_s continues on resume
     if start == 0:
         val = loop.evaluate()
-        _write_json(out_dir / INITIAL_VAL, {"val_reward": val})
-        _print(
+        write_json(out_dir / INITIAL_VAL, {"val_reward": val})
+        progress.line(
             log,
             f"[spotlight] {cfg.recipe}: {cfg.num_iterations} iterations, "
             f"validation reward before training {val:.4f}",
@@ -81,81 +94,21 @@ def run_local(
         reason = stop_reason(cfg, m, initial_val)
         if reason is not None:
             m["stopped"] = reason
-        with metrics_path.open("a") as f:
-            f.write(json.dumps(m) + "\n")
+        append_row(metrics_path, m)
         _save_checkpoint(loop, out_dir, it + 1, cfg)
-        _print(log, _progress_line(m, cfg.num_iterations))
+        progress.line(log, progress_line(m, cfg.num_iterations))
         run_bar.update(1)
         if reason is not None:
-            _print(log, _stop_line(reason, m, initial_val, cfg))
+            progress.line(log, stop_line(reason, m, initial_val, cfg))
             break
     run_bar.close()
-    summary = _summarize(metrics_path, cfg)
-    _write_json(out_dir / "summary.json", summary)
+    summary = summarize(metrics_path, cfg)
+    write_json(out_dir / SUMMARY, summary)
     plot_rewards(out_dir, title=f"{cfg.recipe}: {out_dir.name}")
-    _print(
+    progress.line(
         log, f"[spotlight] done: {out_dir} (summary.json, metrics.jsonl, reward.png, {CKPT_DIR}/)"
     )
     return summary
-
-
-def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
-    """Cheap checks of a run's inputs, before any model is built or Ray starts: the run folder
-    to resume (its checkpoint's recipe and checksum) and the tiny policy's starting checkpoint
-    (a tiny-policy file whose images are the task's shape)."""
-    if resume:
-        read_checkpoint_state(out_dir, cfg.recipe)
-    if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
-        from spotlight.policies.tiny import checkpoint_metadata
-        from spotlight.tasks import check_checkpoint_task
-
-        checkpoint_metadata(cfg.policy.checkpoint)
-        if cfg.task is not None:
-            check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
-
-
-def _progress_line(m: dict[str, Any], total: int) -> str:
-    """One line per iteration (the Ray job's rows add queue depth and cost so far)."""
-    val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
-    ray = f" queue {m['queue_depth']} cost ${m['cost_usd']:.4f}" if "cost_usd" in m else ""
-    return (
-        f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
-        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']}{ray} "
-        f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
-    )
-
-
-def _stop_line(reason: str, m: dict[str, Any], initial_val: float | None, cfg: Config) -> str:
-    if reason == "target":
-        return (
-            f"[spotlight] target reached after iteration {m['iteration'] + 1}: validation "
-            f"{m['val_reward']:.4f} >= {initial_val:.4f} + {cfg.stop_at_val_gain}"
-        )
-    return f"[spotlight] stopping after iteration {m['iteration'] + 1}: past max_wall_s"
-
-
-def initial_val_reward(out_dir: Path) -> float | None:
-    """The run's validation reward before training (``val_initial.json``), if written."""
-    path = out_dir / INITIAL_VAL
-    return json.loads(path.read_text())["val_reward"] if path.exists() else None
-
-
-def _summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
-    vals = [r["val_reward"] for r in rows if "val_reward" in r]
-    initial = metrics_path.parent / INITIAL_VAL
-    return {
-        "recipe": cfg.recipe,
-        "num_iterations": len(rows),
-        "initial_val_reward": (
-            json.loads(initial.read_text())["val_reward"] if initial.exists() else None
-        ),
-        "final_val_reward": vals[-1] if vals else None,
-        "train_reward_first": rows[0]["train_reward_mean"] if rows else None,
-        "train_reward_last": rows[-1]["train_reward_mean"] if rows else None,
-        "wall_s": rows[-1]["wall_s"] if rows else 0.0,
-        "stopped": rows[-1].get("stopped", "iterations") if rows else "iterations",
-    }
 
 
 def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config) -> None:
@@ -163,39 +116,20 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
     ckpt = out_dir / CKPT_DIR
     ckpt.mkdir(exist_ok=True)
     if hasattr(loop.policy, "save"):  # with architecture metadata: `spotlight eval` can load it
-        _atomic(ckpt / "policy.safetensors", lambda p: loop.policy.save(p))
+        atomic(ckpt / "policy.safetensors", lambda p: loop.policy.save(p))
     else:
         state = {k: v.detach().contiguous().cpu() for k, v in loop.policy.state_dict().items()}
-        _atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
-    _atomic(ckpt / "optimizer.pt", lambda p: torch.save(loop.optimizer.state_dict(), p))
-    _write_json(
+        atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
+    atomic(ckpt / "optimizer.pt", lambda p: torch.save(loop.optimizer.state_dict(), p))
+    write_json(
         ckpt / "state.json",
         {
             "iterations_done": done,
             "weights_version": loop.weights_version,
             "recipe": cfg.recipe,
-            "policy_sha256": _sha256(ckpt / "policy.safetensors"),
+            "policy_sha256": sha256(ckpt / "policy.safetensors"),
         },
     )
-
-
-def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
-    """``state.json`` of a run folder's checkpoint, after checking it is one of ``recipe``
-    and that the weights match their checksum (both runners resume through this)."""
-    ckpt = out_dir / CKPT_DIR
-    if not (ckpt / "state.json").exists():
-        raise ValueError(
-            f"--resume {out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
-            " or it stopped before its first iteration finished)"
-        )
-    state = json.loads((ckpt / "state.json").read_text())
-    if state["recipe"] != recipe:
-        raise ValueError(
-            f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {recipe!r}"
-        )
-    if _sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
-        raise ValueError(f"--resume {out_dir}: policy.safetensors does not match its checksum")
-    return state
 
 
 def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
@@ -205,41 +139,3 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     loop.weights_version = state["weights_version"]
     return state["iterations_done"]
-
-
-def _last_wall_s(path: Path) -> float:
-    """``wall_s`` of the last row of a metrics file (0 when there is none)."""
-    if not path.exists():
-        return 0.0
-    rows = [line for line in path.read_text().splitlines() if line]
-    return float(json.loads(rows[-1])["wall_s"]) if rows else 0.0
-
-
-def _truncate_metrics(path: Path, keep_below: int) -> None:
-    """Drop metric rows of iterations >= keep_below (work redone after a resume)."""
-    if not path.exists():
-        return
-    rows = [
-        line
-        for line in path.read_text().splitlines()
-        if line and json.loads(line)["iteration"] < keep_below
-    ]
-    _atomic(path, lambda p: p.write_text("".join(r + "\n" for r in rows)))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    _atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1) + "\n"))
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _print(log: TextIO | None, line: str) -> None:
-    progress.line(log, line)

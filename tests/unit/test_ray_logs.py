@@ -65,12 +65,16 @@ def test_driver_loggers_go_to_the_file_and_keep_only_errors_on_the_terminal(tmp_
         with RayLogRoute(tmp_path / "ray.log", io.StringIO()):
             logging.getLogger("ray.some_module").warning("Token authentication is enabled")
             logging.getLogger("ray.some_module").error("the GCS is gone")
+            logging.getLogger("ray.some_module").info(
+                "dashboard at \x1b[1mhttp://127.0.0.1\x1b[22m"
+            )
         logging.getLogger("ray.some_module").warning("after the run")
     finally:
         ray_logger.removeHandler(handler)
     text = (tmp_path / "ray.log").read_text()
     assert "Token authentication is enabled" in text and "the GCS is gone" in text
     assert "after the run" not in text  # the route is gone with the run
+    assert "dashboard at http://127.0.0.1" in text  # colour codes stripped
     assert "Token authentication" not in console.getvalue()
     assert "the GCS is gone" in console.getvalue() and "after the run" in console.getvalue()
     assert handler.level == level_before

@@ -1,0 +1,147 @@
+"""The run folder both runners write: its layout, and reading and writing it safely.
+
+```
+<out>/config.json        the run's Config
+      val_initial.json   the validation reward before training
+      metrics.jsonl      one row per iteration (append-only; a resume drops rows it redoes)
+      checkpoint/        policy.safetensors, optimizer.pt, ..., state.json (written last: the
+                         commit, with the weights' sha256)
+      summary.json       written at the end
+```
+
+Every file but ``metrics.jsonl`` is replaced atomically (:func:`atomic`): a run killed at any
+moment leaves the previous version or the new one, never half of one. No torch, no Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from spotlight.config import Config
+
+CKPT_DIR = "checkpoint"
+INITIAL_VAL = "val_initial.json"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+
+
+def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
+    """Cheap checks of a run's inputs, before any model is built or Ray starts: the run folder
+    to resume (its checkpoint's recipe and checksum) and the tiny policy's starting checkpoint
+    (a tiny-policy file whose images are the task's shape)."""
+    if resume:
+        read_checkpoint_state(out_dir, cfg.recipe)
+    if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
+        from spotlight.policies.tiny import checkpoint_metadata
+        from spotlight.tasks import check_checkpoint_task
+
+        checkpoint_metadata(cfg.policy.checkpoint)
+        if cfg.task is not None:
+            check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
+
+
+def progress_line(m: dict[str, Any], total: int) -> str:
+    """One line per iteration (the Ray job's rows add queue depth and cost so far)."""
+    val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
+    ray = f" queue {m['queue_depth']} cost ${m['cost_usd']:.4f}" if "cost_usd" in m else ""
+    return (
+        f"[iter {m['iteration'] + 1:>3}/{total}] reward {m['train_reward_mean']:.4f} "
+        f"group-std {m['group_reward_std_mean']:.4f}{val} v{m['weights_version']}{ray} "
+        f"sample {m['sample_s']:.1f}s train {m['train_s']:.1f}s"
+    )
+
+
+def stop_line(reason: str, m: dict[str, Any], initial_val: float | None, cfg: Config) -> str:
+    if reason == "target":
+        return (
+            f"[spotlight] target reached after iteration {m['iteration'] + 1}: validation "
+            f"{m['val_reward']:.4f} >= {initial_val:.4f} + {cfg.stop_at_val_gain}"
+        )
+    return f"[spotlight] stopping after iteration {m['iteration'] + 1}: past max_wall_s"
+
+
+def initial_val_reward(out_dir: Path) -> float | None:
+    """The run's validation reward before training (``val_initial.json``), if written."""
+    path = out_dir / INITIAL_VAL
+    return json.loads(path.read_text())["val_reward"] if path.exists() else None
+
+
+def summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    vals = [r["val_reward"] for r in rows if "val_reward" in r]
+    initial = metrics_path.parent / INITIAL_VAL
+    return {
+        "recipe": cfg.recipe,
+        "num_iterations": len(rows),
+        "initial_val_reward": (
+            json.loads(initial.read_text())["val_reward"] if initial.exists() else None
+        ),
+        "final_val_reward": vals[-1] if vals else None,
+        "train_reward_first": rows[0]["train_reward_mean"] if rows else None,
+        "train_reward_last": rows[-1]["train_reward_mean"] if rows else None,
+        "wall_s": rows[-1]["wall_s"] if rows else 0.0,
+        "stopped": rows[-1].get("stopped", "iterations") if rows else "iterations",
+    }
+
+
+def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
+    """``state.json`` of a run folder's checkpoint, after checking it is one of ``recipe``
+    and that the weights match their checksum (both runners resume through this)."""
+    ckpt = out_dir / CKPT_DIR
+    if not (ckpt / "state.json").exists():
+        raise ValueError(
+            f"--resume {out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
+            " or it stopped before its first iteration finished)"
+        )
+    state = json.loads((ckpt / "state.json").read_text())
+    if state["recipe"] != recipe:
+        raise ValueError(
+            f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {recipe!r}"
+        )
+    if sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
+        raise ValueError(f"--resume {out_dir}: policy.safetensors does not match its checksum")
+    return state
+
+
+def last_wall_s(path: Path) -> float:
+    """``wall_s`` of the last row of a metrics file (0 when there is none)."""
+    if not path.exists():
+        return 0.0
+    rows = [line for line in path.read_text().splitlines() if line]
+    return float(json.loads(rows[-1])["wall_s"]) if rows else 0.0
+
+
+def truncate_metrics(path: Path, keep_below: int) -> None:
+    """Drop metric rows of iterations >= keep_below (work redone after a resume)."""
+    if not path.exists():
+        return
+    rows = [
+        line
+        for line in path.read_text().splitlines()
+        if line and json.loads(line)["iteration"] < keep_below
+    ]
+    atomic(path, lambda p: p.write_text("".join(r + "\n" for r in rows)))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1) + "\n"))
+
+
+def atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append one iteration's row to ``metrics.jsonl``."""
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
