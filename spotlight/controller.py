@@ -43,6 +43,7 @@ from spotlight.config import Config
 from spotlight.costs import Ledger, PriceTable
 from spotlight.loop import (
     iteration_batch,
+    metrics_row,
     prompt_sets,
     score_groups,
     stop_reason,
@@ -716,24 +717,21 @@ class Controller:
         ray.get(self.actors.bandit.update.remote({"planner": self.planner.to_dict()}))
         t2 = time.perf_counter()
         loss = {
-            f"loss/{k}": v
+            k: v
             for k, v in update.items()
             if k not in ("iteration", "weights_version", "train_s", "world_size", "optimizer")
         }
+        row = metrics_row(
+            it, update["weights_version"], group_stats, len(trajectories), sample_s, t2 - t1, loss
+        )
         return {
-            "iteration": it,
-            "weights_version": update["weights_version"],
-            **group_stats,
-            "num_samples": len(trajectories),
-            "sample_s": sample_s,
-            "train_s": t2 - t1,
+            **row,
             "trainer_update_s": update["train_s"],
             "weights_load_s_max": max(loads, default=0.0),
             "sp_degree_max": max((r.sp_degree for r in results.values()), default=1),
             "sp_degree_min": min((r.sp_degree for r in results.values()), default=1),
             "exploration": mode,
             **extra,
-            **loss,
         }
 
     # -- Exploration ---------------------------------------------------------------------

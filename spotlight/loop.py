@@ -28,7 +28,7 @@ from spotlight.streams import (
     iteration_rng,
 )
 from spotlight.tasks import get_task
-from spotlight.update import grpo_update
+from spotlight.update import grpo_update, training_state
 
 
 def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
@@ -119,6 +119,28 @@ def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:
     return train, val
 
 
+def metrics_row(
+    iteration: int,
+    weights_version: int,
+    group_stats: dict[str, Any],
+    num_samples: int,
+    sample_s: float,
+    train_s: float,
+    loss: dict[str, Any],
+) -> dict[str, Any]:
+    """The fields of an iteration's ``metrics.jsonl`` row that both runners write (the Ray job
+    adds its timings, SP degrees, exploration figures, cost and fault counters)."""
+    return {
+        "iteration": iteration,
+        "weights_version": weights_version,
+        **group_stats,
+        "num_samples": num_samples,
+        "sample_s": sample_s,
+        "train_s": train_s,
+        **{f"loss/{k}": v for k, v in loss.items()},
+    }
+
+
 class ReferenceLoop:
     """Holds the policy, optimizer and reward of a single-process run."""
 
@@ -128,12 +150,7 @@ class ReferenceLoop:
         self.policy = policy
         self.reward = reward
         self.train_prompts, self.val_prompts = prompt_sets(cfg)
-        self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(),
-            lr=cfg.grpo.learning_rate,
-            weight_decay=cfg.grpo.weight_decay,
-        )
-        self.ref_policy = policy.frozen_reference() if cfg.grpo.kl_beta > 0 else None
+        self.optimizer, self.ref_policy = training_state(policy, cfg.grpo)
         self.weights_version = 0
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
@@ -161,15 +178,9 @@ class ReferenceLoop:
         )
         t2 = time.perf_counter()
         self.weights_version += 1
-        return {
-            "iteration": iteration,
-            "weights_version": self.weights_version,
-            **group_stats,
-            "num_samples": len(trajectories),
-            "sample_s": t1 - t0,
-            "train_s": t2 - t1,
-            **{f"loss/{k}": v for k, v in stats.items()},
-        }
+        return metrics_row(
+            iteration, self.weights_version, group_stats, len(trajectories), t1 - t0, t2 - t1, stats
+        )
 
     def evaluate(self) -> float:
         """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1."""

@@ -112,7 +112,7 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.config import Config
     from spotlight.policies import make_policy
     from spotlight.sampler import Trajectory
-    from spotlight.update import grpo_update
+    from spotlight.update import grpo_update, training_state
     from spotlight.weights import policy_bytes
 
     _quiet_train_logs()
@@ -122,10 +122,7 @@ def train_loop(config: dict[str, Any]) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     actors = get_actors()
     policy = make_policy(cfg.policy, config["device"])
-    optimizer = torch.optim.AdamW(
-        policy.trainable_parameters(), lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
-    )
-    ref_policy = policy.frozen_reference() if cfg.grpo.kl_beta > 0 else None
+    optimizer, ref_policy = training_state(policy, cfg.grpo)
     start, version = config["start"], config["start_version"]
     resumed = ray.train.get_checkpoint()
     if resumed is not None:  # Ray Train restarted the workers after a failure

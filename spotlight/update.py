@@ -23,6 +23,16 @@ from spotlight.sampler import Trajectory, step_log_prob
 from spotlight.sde import step_params, time_grid
 
 
+def training_state(policy: Policy, cfg: GRPOConfig) -> tuple[torch.optim.Optimizer, Policy | None]:
+    """The optimizer over the policy's trainable parameters and the frozen KL reference (None
+    without a KL term): what a run's updates need besides the policy. Both runners (the
+    reference loop and the Ray Train worker) build them here."""
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+    )
+    return optimizer, (policy.frozen_reference() if cfg.kl_beta > 0 else None)
+
+
 def train_step_indices(
     num_steps: int, fraction: float, seed: int, window: tuple[int, int] | None = None
 ) -> list[int]:
