@@ -28,7 +28,14 @@ from typing import Any
 
 import ray
 
-from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
+from spotlight.work_queue import (
+    ItemCheckpoint,
+    ItemResult,
+    Pool,
+    SpillPolicy,
+    WorkItem,
+    WorkQueue,
+)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -76,7 +83,7 @@ class RequestQueue:
         worker_id: str,
         max_items: int,
         kinds: list[str] | None = None,
-        pool: str = "spot",
+        pool: str = Pool.SPOT,
         wait_s: float = 0.0,
     ) -> list:
         return await self._until(

@@ -37,6 +37,7 @@ import ray
 from ray import serve
 
 from spotlight.actors.names import RESOURCE_SPOT
+from spotlight.work_queue import Kind, Pool
 
 logger = logging.getLogger("ray.serve")
 
@@ -99,8 +100,9 @@ def node_pool() -> str:
     node_id = ray.get_runtime_context().get_node_id()
     for node in ray.nodes():
         if node["NodeID"] == node_id:
-            return "spot" if node.get("Resources", {}).get(RESOURCE_SPOT, 0) > 0 else "on_demand"
-    return "on_demand"
+            spot = node.get("Resources", {}).get(RESOURCE_SPOT, 0) > 0
+            return Pool.SPOT if spot else Pool.ON_DEMAND
+    return Pool.ON_DEMAND
 
 
 def replica_actor_options(
@@ -393,7 +395,7 @@ class SamplerReplica:
         self.counters["items"] += 1
         self.counters["samples"] += len(trajs)
         self.counters["busy_s"] += busy
-        keep = item.kind != "val"  # validation needs only the rewards
+        keep = item.kind != Kind.VAL  # validation needs only the rewards
         return ItemResult(
             item_id=item.item_id,
             worker_id=self.worker_id,

@@ -71,6 +71,7 @@ from spotlight.run_folder import (
     truncate_metrics,
     write_json,
 )
+from spotlight.work_queue import Kind, Pool
 
 APP_NAME = "spotlight"
 TRAIN_DIR = "ray_train"
@@ -495,7 +496,7 @@ class Controller:
         for pool, n in stats["workers_by_pool"].items():
             self.ledger.hold(pool, n, dt)
         if self._trainer_thread is not None and self._trainer_thread.is_alive():
-            self.ledger.hold("on_demand", self.opts.num_train_workers, dt)
+            self.ledger.hold(Pool.ON_DEMAND, self.opts.num_train_workers, dt)
         if self._trainer_error is not None:
             raise RuntimeError(f"the trainer failed: {self._trainer_error}") from (
                 self._trainer_error
@@ -663,7 +664,7 @@ class Controller:
         # Sample what is not already sampled (critical-path selections are on these weights).
         todo = [b for b, p in enumerate(unique) if p not in reuse]
         flat = [(prompts[b * group + j], seeds[b * group + j]) for b in todo for j in range(group)]
-        items = self._chunk_items(flat, f"r{it}-v{version}", "rollout", it, version)
+        items = self._chunk_items(flat, f"r{it}-v{version}", Kind.ROLLOUT, it, version)
         results = self.run_items(items, f"iteration {it + 1} rollout") if items else {}
         rolled_r = [r for item in items for r in results[item.item_id].rewards]
         rolled_t = [t for item in items for t in results[item.item_id].trajectories]
@@ -709,7 +710,7 @@ class Controller:
         ray.get(q.take.remote(train_batch_key(it)))
         ray.get(q.take.remote(update_key(it)))
         self._posted = None
-        self.ledger.busy("on_demand", update["train_s"] * update["world_size"])
+        self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
         self._train_s = _ema(self._train_s, update["train_s"])
         self._pending_optimizer = ray.get(update["optimizer"][0])
         if exploration is not None:
@@ -877,7 +878,7 @@ class Controller:
         """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
         self.wait_version(version)
         flat = [(p, s) for p in self.val_prompts for s in range(self.cfg.num_val_seeds)]
-        items = self._chunk_items(flat, f"v{it}-v{version}", "val", it, version)
+        items = self._chunk_items(flat, f"v{it}-v{version}", Kind.VAL, it, version)
         results = self.run_items(items, f"validation at v{version}")
         rewards = [r for item in items for r in results[item.item_id].rewards]
         first = results[items[0].item_id]

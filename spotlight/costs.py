@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POOLS = ("spot", "on_demand")
+from spotlight.work_queue import Pool
+
+POOLS = tuple(Pool)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class PriceTable:
     def usd_per_gpu_s(self, pool: str) -> float:
         _check_pool(pool)
         hourly = self.on_demand_usd_per_gpu_h
-        if pool == "spot":
+        if pool == Pool.SPOT:
             hourly *= 1.0 - self.spot_discount
         return hourly / 3600.0
 
@@ -83,12 +85,12 @@ class Ledger:
     def snapshot(self) -> dict[str, float]:
         """The figures a metrics row carries."""
         return {
-            "gpu_s_spot": self.held_s["spot"],
-            "gpu_s_on_demand": self.held_s["on_demand"],
-            "busy_gpu_s_spot": self.busy_s["spot"],
-            "busy_gpu_s_on_demand": self.busy_s["on_demand"],
-            "util_spot": self.utilization("spot"),
-            "util_on_demand": self.utilization("on_demand"),
+            "gpu_s_spot": self.held_s[Pool.SPOT],
+            "gpu_s_on_demand": self.held_s[Pool.ON_DEMAND],
+            "busy_gpu_s_spot": self.busy_s[Pool.SPOT],
+            "busy_gpu_s_on_demand": self.busy_s[Pool.ON_DEMAND],
+            "util_spot": self.utilization(Pool.SPOT),
+            "util_on_demand": self.utilization(Pool.ON_DEMAND),
             "cost_usd": self.cost_usd(),
         }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from spotlight.work_queue import ItemResult, WorkItem, WorkQueue
+from spotlight.work_queue import ItemResult, Pool, WorkItem, WorkQueue
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def pull_schedule(items: list[WorkItem], cost_s: dict[str, float], speeds: list[
             continue  # nothing left for this replica
         item = got[0]
         done = now + cost_s[item.item_id] / speeds[r]
-        q.complete(ItemResult(item.item_id, f"r{r}", "spot", []))
+        q.complete(ItemResult(item.item_id, f"r{r}", Pool.SPOT, []))
         finish[item.item_id] = done
         counts[r] += 1
         heapq.heappush(idle, (done, r))

@@ -15,7 +15,7 @@ import numpy as np
 
 from spotlight.seeds import max_variance_subset, spearman
 from spotlight.streams import EXPLORE_STREAM, SEED_SPACE, iteration_rng
-from spotlight.work_queue import ItemResult, WorkItem
+from spotlight.work_queue import ItemResult, Kind, WorkItem
 
 
 def candidate_seeds(seed: int, iteration: int, prompt_index: int, n: int) -> list[int]:
@@ -53,7 +53,7 @@ class Exploration:
                 out.append(
                     WorkItem(
                         item_id,
-                        "explore",
+                        Kind.EXPLORE,
                         self.iteration,
                         self.weights_version,
                         (prompt,) * len(part),

@@ -36,13 +36,33 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
-KIND_PRIORITY = {"rollout": 0, "val": 1, "explore": 2}
+
+class Kind(StrEnum):
+    """What a work item is for (a str: items and results cross Ray and JSON as plain names)."""
+
+    ROLLOUT = "rollout"
+    """An iteration's training samples, on the fresh weights."""
+    VAL = "val"
+    """Validation samples (fixed seeds)."""
+    EXPLORE = "explore"
+    """Candidate seeds explored on stale weights (spot capacity only)."""
+
+
+class Pool(StrEnum):
+    """The capacity a replica runs on."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+KIND_PRIORITY = {Kind.ROLLOUT: 0, Kind.VAL: 1, Kind.EXPLORE: 2}
 """Lower is served first."""
 
 SPILL_MODES = ("never", "after_wait", "always")
-SPILL_KINDS = ("rollout", "val")
+SPILL_KINDS = (Kind.ROLLOUT, Kind.VAL)
 """What on-demand sampler replicas may take."""
 
 
@@ -193,7 +213,7 @@ class WorkQueue:
         max_items: int,
         now: float,
         kinds: Iterable[str] | None = None,
-        pool: str = "spot",
+        pool: str = Pool.SPOT,
     ) -> list[WorkItem]:
         """Lease up to ``max_items`` items to ``worker_id``, highest priority first; an
         interrupted item comes with its checkpoint in ``resume``. A worker on ``on_demand``
@@ -202,7 +222,7 @@ class WorkQueue:
         A pull is also the worker's sign of life: :meth:`workers` counts who pulled lately.
         """
         self._workers[worker_id] = (pool, now)
-        if pool == "spot":
+        if pool == Pool.SPOT:
             self._spot_seen = now
         self.expire(now)
         allowed = set(KIND_PRIORITY if kinds is None else kinds)
@@ -212,7 +232,7 @@ class WorkQueue:
         def may_take(item: WorkItem) -> bool:
             if item.kind not in allowed:
                 return False
-            if pool != "on_demand":
+            if pool != Pool.ON_DEMAND:
                 return True
             waited = max(now - self._since[item.item_id], spot_absent_s)
             return self.spill.allows(item.kind, waited)
@@ -275,7 +295,7 @@ class WorkQueue:
         """Extend every lease of ``worker_id``; returns how many it holds."""
         if worker_id in self._workers:
             self._workers[worker_id] = (self._workers[worker_id][0], now)
-            if self._workers[worker_id][0] == "spot":
+            if self._workers[worker_id][0] == Pool.SPOT:
                 self._spot_seen = now
         held = [lease for lease in self._leases.values() if lease.worker_id == worker_id]
         for lease in held:
