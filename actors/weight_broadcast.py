@@ -53,7 +53,6 @@ class WeightBroadcast:
 
     def clear(self) -> None:
         self._versions.clear()
-        self._published_at.clear()
 
 
 def publish_weights(broadcast, version: int, iteration: int, data: bytes) -> WeightsHeader:
