@@ -191,6 +191,40 @@ class System:
     """'regroup' (elastic SP) or 'restart'."""
     dispatch: str = "pull"
     """'pull' (queue with leases and commits) or 'push' (round robin, no commits)."""
+    pipeline: str = "separate"
+    """How rollout and update share time and GPUs:
+
+    * 'separate': sampler GPUs sample the rollout, then the trainer GPUs update on it (the
+      samplers idle or explore meanwhile);
+    * 'colocated': the same on-demand GPUs sample the rollout, then all of them train on it
+      (Flow-GRPO, DanceGRPO, verl style); no separate sampler pool, no spot GPUs;
+    * 'async_one_step': separate pools, and while iteration t trains the samplers already
+      sample iteration t+1's rollout on the weights before t's update (staleness 1; its
+      learning cost is :attr:`LearningModel.async_staleness_factor`)."""
+    colocated_gpus: str = "trainer"
+    """Colocated only: 'trainer' (the scenario's on-demand trainer GPUs, Spotlight's on-demand
+    count) or 'total' (trainer + sampler GPUs: Spotlight's GPUs at full spot capacity, its
+    on-demand fallback left out since it runs only while spot capacity is gone)."""
+
+    def trainer_gpus(self, sc: Scenario) -> int:
+        """GPUs that run the update."""
+        if self.pipeline == "colocated" and self.colocated_gpus == "total":
+            return sc.trainer_gpus + sc.sampler_gpus
+        return sc.trainer_gpus
+
+    def on_demand_gpus(self, sc: Scenario) -> int:
+        """On-demand GPUs held for the whole run (a spot system's fallback not counted)."""
+        if self.pipeline == "colocated":
+            return self.trainer_gpus(sc)
+        if self.samplers == "on_demand":
+            return sc.trainer_gpus + sc.sampler_gpus
+        return sc.trainer_gpus
+
+    def total_gpus(self, sc: Scenario) -> int:
+        """GPUs the system uses at full spot capacity (the fallback not counted)."""
+        if self.pipeline == "colocated":
+            return self.trainer_gpus(sc)
+        return sc.trainer_gpus + sc.sampler_gpus
 
 
 SYSTEMS: dict[str, System] = {
@@ -198,6 +232,9 @@ SYSTEMS: dict[str, System] = {
     for s in [
         System("on_demand_grpo", "on_demand"),
         System("on_demand_critical_path", "on_demand", exploration="critical_path"),
+        System("colocated", "on_demand", pipeline="colocated"),
+        System("colocated_same_total", "on_demand", pipeline="colocated", colocated_gpus="total"),
+        System("async_one_step", "on_demand", pipeline="async_one_step"),
         System("spot_grpo", "spot"),
         System("spotlight", "spot", exploration="spot"),
         System("ablation_uniform_planner", "spot", exploration="spot", uniform_planner=True),
@@ -234,6 +271,12 @@ class LearningModel:
     proportionality). Measured: :func:`fit_contrast_exponent` on the tiny-brightness exploration
     runs, ``docs/bench/exploration-brightness.json`` (3 modes x 3 seeds that reached the target:
     k = 0.783), the only task whose RL reaches a target on the CPU so far."""
+    async_staleness_factor: float = 1.0
+    """Progress of an iteration trained on a one-step-stale rollout (``async_one_step``) relative
+    to the same rollout on-policy: progress is multiplied by this. An **assumption**, not a
+    measurement: 1.0 (the default) is no penalty; 0.9-1.0 is the range worth trying. LLM RL
+    systems with one-step-off-policy pipelines report results close to on-policy training, but
+    only qualitatively, and nothing here measures it for diffusion models."""
 
 
 def fit_contrast_exponent(summary: dict[str, Any], baseline_mode: str = "off") -> dict[str, Any]:

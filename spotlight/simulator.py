@@ -14,10 +14,18 @@ ablation, after ``restart_s``. New spot GPUs take ``replica_start_s`` before the
 rollout items wait ``spill_wait_s`` for spot capacity, on-demand fallback GPUs are added for the
 rest of the phase, and the queue's spill rule lets them take rollout items only.
 
+Two baselines change the schedule (``System.pipeline``). **Colocated** systems have no sampler
+pool: the same on-demand GPUs sample the rollout and then all of them run the update, whose time
+scales with their number as the trainer's does (:func:`update_s`). **One-step-stale** pipelines
+(``async_one_step``) sample iteration t+1's rollout on the weights before t's update while t
+trains, so an iteration takes the longer of the two instead of their sum; the learning model
+charges the staleness (``LearningModel.async_staleness_factor``).
+
 Accounting uses :class:`~spotlight.costs.Ledger`: held GPU-seconds per pool (spot while the
 trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
-run in on-demand systems, fallback GPUs while launched) and busy GPU-seconds (sampling and
-training work). Work redone after preemptions without notice is counted separately.
+run in on-demand systems, a colocated system's GPUs once, fallback GPUs while launched) and
+busy GPU-seconds (sampling and training work). Work redone after preemptions without notice is
+counted separately.
 
 Inputs and what is measured versus modelled: :mod:`spotlight.sim_model`.
 """
@@ -38,7 +46,7 @@ from spotlight.config import ExplorationConfig
 from spotlight.costs import Ledger, PriceTable
 from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
-from spotlight.sim_model import EVALS, LearningModel, Scenario, System
+from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
 from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
 from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
@@ -76,12 +84,25 @@ class RunResult:
     timeline: list[dict[str, Any]]
     """Per iteration: t_h, val_reward, cost_usd, util_spot, util_on_demand, spot_gpus."""
     preemption_times_h: list[float]
+    on_demand_gpus: int = 0
+    """On-demand GPUs held for the whole run (:meth:`System.on_demand_gpus`)."""
+    total_gpus: int = 0
+    """GPUs at full spot capacity (:meth:`System.total_gpus`)."""
+
+    @property
+    def time_per_iteration_s(self) -> float | None:
+        """Mean seconds per iteration: ``wall_h`` (the time to target when it was reached)
+        over ``iterations``, so time to target = iterations x time per iteration."""
+        return self.wall_h * 3600 / self.iterations if self.iterations else None
 
     def summary(self) -> dict[str, Any]:
         return {
             "time_to_target_h": self.time_to_target_h,
             "reached_target": self.reached,
             "iterations": self.iterations,
+            "time_per_iteration_s": self.time_per_iteration_s,
+            "on_demand_gpus": self.on_demand_gpus,
+            "total_gpus": self.total_gpus,
             "wall_h": self.wall_h,
             "cost_usd": self.ledger.cost_usd(),
             "gpu_util_spot": self.ledger.utilization("spot"),
@@ -97,6 +118,19 @@ class RunResult:
             "work_redone_gpu_h": self.work_redone_gpu_s / 3600,
             "spill_launches": self.spill_launches,
         }
+
+
+def update_s(sc: Scenario, costs: StepCosts, gpus: int) -> float:
+    """Seconds of one update on ``gpus`` GPUs: every sample of the rollout trains
+    ``train_step_fraction`` of its steps, spread over the GPUs with linear data-parallel scaling
+    (no communication cost modelled, for every system alike)."""
+    return (
+        sc.prompts_per_iteration
+        * sc.group_size
+        * max(1, round(sc.num_steps * sc.train_step_fraction))
+        * costs.train_step_s
+        / gpus
+    )
 
 
 class Rewards:
@@ -187,10 +221,12 @@ class Simulation:
         self._rate: float | None = None  # measured sampling throughput, samples/s
         self._fallback: list[int] = []
         self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
+        self.colocated = system.pipeline == "colocated"
+        self.trainer_gpus = system.trainer_gpus(scenario)
         if system.samplers == "on_demand":
-            for size in form_groups(
-                scenario.sampler_gpus, scenario.sp_degree, scenario.valid_degrees
-            ):
+            # colocated: the trainer GPUs themselves sample, between updates
+            samplers = self.trainer_gpus if self.colocated else scenario.sampler_gpus
+            for size in form_groups(samplers, scenario.sp_degree, scenario.valid_degrees):
                 self._add_group(size, "on_demand", 0.0)
         else:
             if trace is None:
@@ -229,7 +265,7 @@ class Simulation:
         if dt < 0:
             raise AssertionError(f"time going backwards: {self.t} -> {to}")
         self.ledger.hold("spot", self.spot_capacity, dt)
-        od = self.sc.trainer_gpus
+        od = 0 if self.colocated else self.sc.trainer_gpus  # colocated: the groups train too
         od += sum(g.size for g in self.groups.values() if g.pool == "on_demand")
         self.ledger.hold("on_demand", od, dt)
         self.t = to
@@ -518,13 +554,8 @@ class Simulation:
     def run(self) -> RunResult:
         sc, lm = self.sc, self.learning
         G, P = sc.group_size, sc.prompts_per_iteration
-        train_s = (
-            P
-            * G
-            * max(1, round(sc.num_steps * sc.train_step_fraction))
-            * self.costs.train_step_s
-            / sc.trainer_gpus
-        )
+        train_s = update_s(sc, self.costs, self.trainer_gpus)
+        one_step_stale = self.sys.pipeline == "async_one_step"
         progress = 0.0
         it = 0
         timeline = []
@@ -535,7 +566,11 @@ class Simulation:
             batch = self.rewards.batch(it, P)
             next_prompts = self.rewards.batch(it + 1, P)
             t0 = self.t
-            if self.sys.exploration == "critical_path":
+            if one_step_stale:  # this rollout was sampled during the last update
+                if it == 0:  # ... except the first, which fills the pipeline
+                    self._sample(self._items("rollout", it, P * G))
+                contrast = self._contrast(it, batch, explored, fresh=False)
+            elif self.sys.exploration == "critical_path":
                 n = sc.critical_candidates
                 self._sample(self._items("rollout", it, P * n))
                 contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
@@ -548,11 +583,20 @@ class Simulation:
                     sc.critical_candidates if self.sys.exploration == "critical_path" else G
                 )
                 self._rate = samples / sample_s
-            # the update; Spotlight explores the next prompts meanwhile
+            # the update; Spotlight explores the next prompts meanwhile, a one-step-stale
+            # pipeline samples the next rollout, a colocated system's samplers are training
             t_train_end = self.t + train_s
-            self.ledger.busy("on_demand", train_s * sc.trainer_gpus)
+            self.ledger.busy("on_demand", train_s * self.trainer_gpus)
             explored = {}
-            if self.sys.exploration == "spot":
+            gain = (contrast / self.baseline_contrast) ** lm.contrast_exponent
+            if one_step_stale:
+                if it > 0:  # trained on the weights before the last update
+                    gain *= lm.async_staleness_factor
+                if min(1.0, (progress + gain) / lm.baseline_iterations) < 1.0:
+                    # the next rollout, on the weights before this update, meanwhile
+                    self._sample(self._items("rollout", it + 1, P * G))
+                self._sample([], deadline=t_train_end)
+            elif self.sys.exploration == "spot":
                 budget = exploration_budget(train_s, self._rate or 0.0, 10**9)
                 names = [str(p) for p in next_prompts]
                 plan = self.planner.plan(names, budget)
@@ -567,7 +611,7 @@ class Simulation:
                 self._sample([], deadline=t_train_end)
             self.version += 1
             self.t = max(self.t, t_train_end)
-            progress += (contrast / self.baseline_contrast) ** lm.contrast_exponent
+            progress += gain
             it += 1
             frac = min(1.0, progress / lm.baseline_iterations)
             val = lm.initial + (lm.target - lm.initial) * frac
@@ -600,6 +644,8 @@ class Simulation:
             spill_launches=self.spill_launches,
             timeline=timeline,
             preemption_times_h=[t / 3600 for t in self.preemption_times],
+            on_demand_gpus=self.sys.on_demand_gpus(sc),
+            total_gpus=self.sys.total_gpus(sc),
         )
 
     def _contrast(self, it: int, batch: list[int], explored: dict[int, int], fresh: bool) -> float:

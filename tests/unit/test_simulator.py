@@ -4,6 +4,7 @@ every trace format, zero spot capacity, and preemptions with and without notice.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -201,10 +202,14 @@ def test_paper_scenarios_are_well_formed():
         "ablation_uniform_planner",
         "ablation_sp_restart",
         "ablation_push",
+        "colocated",
+        "colocated_same_total",
+        "async_one_step",
     }
 
 
 def test_simulate_command_writes_the_summary_report_and_plots(tmp_path):
+    from spotlight import sim_report
     from spotlight.cli import main
 
     out = tmp_path / "sim"
@@ -220,13 +225,41 @@ def test_simulate_command_writes_the_summary_report_and_plots(tmp_path):
             "gpu_util_on_demand",
             "preemptions",
             "work_redone_gpu_h",
+            "iterations",
+            "time_per_iteration_s",
+            "on_demand_gpus",
+            "total_gpus",
         ):
             assert key in r
     assert s["trace"] == "p3-trace" and s["paper"]["speedup_vs_baselines"] == 4.0
     assert {m["kind"] for m in s["measured_vs_modelled"]} >= {"measured", "modelled"}
     for name in ("report.md", "reward_vs_time.png", "cost_vs_time.png", "utilization.png"):
         assert (out / name).stat().st_size > 0
-    assert "| spotlight |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "| spotlight |" in report
+    # the time ratio over Spotlight splits into time per iteration x iterations
+    assert set(s["ratios"]) == set(SYSTEMS) - {"spotlight"}
+    for v in s["ratios"].values():
+        if v["speedup"] is not None:
+            split = v["time_per_iteration_ratio"] * v["iterations_ratio"]
+            assert split == pytest.approx(v["speedup"], rel=1e-9)
+    spot = s["systems"]["spotlight"]
+    best = s["best_baselines"]
+    for framing, key in (
+        ("equal_on_demand_gpus", "on_demand_gpus"),
+        ("equal_total_gpus", "total_gpus"),
+    ):
+        b = best[framing]
+        matched = [
+            n
+            for n in sim_report.BASELINES
+            if s["systems"][n][key] == spot[key] and s["systems"][n]["reached_target"]
+        ]
+        if not matched:
+            assert b is None
+            continue
+        assert b["system"] == min(matched, key=lambda n: s["systems"][n]["time_to_target_h"])
+    assert "at Spotlight's on-demand GPUs: `" in report and "s / iteration ratio" in report
     assert main(["simulate", "--scenario", "small", "--trace", "nope.csv", "--out", str(out)]) == 2
 
 
@@ -290,3 +323,82 @@ def test_simulate_fits_the_contrast_exponent_from_an_exploration_summary(tmp_pat
     flat.write_text(json.dumps(_exploration_summary([10], [5], 0.1, 0.1)))
     assert main([*args, "--fit-exploration", str(flat)]) == 2
     assert "cannot be fitted" in capsys.readouterr().err
+
+
+def _pipeline_scenario(train_step_s: float) -> Scenario:
+    # 2 trainer + 2 sampler GPUs; a rollout of 4 items of 2 samples x 2 steps at 1 s per
+    # sample-step: 2 items per GPU = 8 s, after the 2 s weights pick-up; the update trains
+    # 4 prompts x 2 samples x 1 step at ``train_step_s`` per sample-step over the trainer GPUs.
+    return _hand_scenario(
+        trainer_gpus=2,
+        sampler_gpus=2,
+        prompts_per_iteration=4,
+        max_hours=1.0,
+        step_costs=StepCosts(sample_step_s=1.0, train_step_s=train_step_s, model_gb=1.0),
+    )
+
+
+def test_colocated_samples_then_trains_on_the_same_on_demand_gpus():
+    flat = LearningModel(baseline_iterations=5, contrast_exponent=0.0)
+    sc = _pipeline_scenario(train_step_s=1.0)
+    # (GPUs, rollout on them incl. the 2 s pick-up, update = 4 x 2 x 1 x 1 s / GPUs)
+    for name, gpus, sample_s in (("colocated", 2, 2 + 8), ("colocated_same_total", 4, 2 + 4)):
+        system = SYSTEMS[name]
+        assert system.trainer_gpus(sc) == system.on_demand_gpus(sc) == system.total_gpus(sc)
+        assert system.trainer_gpus(sc) == gpus
+        r = Simulation(sc, system, None, learning=flat).run()
+        iteration_s = sample_s + 8 / gpus
+        assert [p["t_h"] * 3600 for p in r.timeline] == pytest.approx(
+            [iteration_s * (k + 1) for k in range(5)]
+        )
+        assert r.iterations == 5 and r.time_per_iteration_s == pytest.approx(iteration_s)
+        assert r.ledger.held_s["spot"] == 0.0 and r.preemptions == 0
+        # the GPUs are held once: sampling and training share them
+        assert r.ledger.held_s["on_demand"] == pytest.approx(gpus * iteration_s * 5)
+        # busy: 4 items x 4 GPU-s of sampling (the pick-up is not work) + 8 GPU-s of update
+        assert r.ledger.busy_s["on_demand"] == pytest.approx((16 + 8) * 5)
+        assert r.on_demand_gpus == r.total_gpus == gpus
+    # separate pools on the same 4 GPUs: a rollout of 10 s on 2 samplers, then 4 s on 2 trainers
+    od = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=flat).run()
+    assert od.time_per_iteration_s == pytest.approx(14.0)
+    assert (od.on_demand_gpus, od.total_gpus) == (4, 4)
+
+
+@pytest.mark.parametrize("train_step_s", [1.0, 4.0])
+def test_async_one_step_takes_the_longer_of_rollout_and_update(train_step_s):
+    flat = LearningModel(baseline_iterations=6, contrast_exponent=0.0)
+    sc = _pipeline_scenario(train_step_s)
+    sample_s, train_s = 2 + 8, 4 * 2 * train_step_s / 2
+    r = Simulation(sc, SYSTEMS["async_one_step"], None, learning=flat).run()
+    t = [p["t_h"] * 3600 for p in r.timeline]
+    assert r.iterations == 6 and r.ledger.held_s["spot"] == 0.0
+    # the first rollout fills the pipeline; the second, on the same weights, needs no pick-up;
+    # then one iteration per max(rollout, update); the last update starts no rollout, so the
+    # target is reached when it ends
+    assert t[0] == pytest.approx(sample_s + max(sample_s - 2, train_s))
+    gaps = [b - a for a, b in itertools.pairwise(t)]
+    assert gaps[:-1] == pytest.approx([max(sample_s, train_s)] * 4)
+    assert gaps[-1] == pytest.approx(train_s)
+    assert r.time_to_target_h * 3600 == pytest.approx(t[-1])
+    od = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=flat).run()
+    assert od.time_per_iteration_s == pytest.approx(sample_s + train_s)
+    assert r.time_to_target_h < od.time_to_target_h
+
+
+def test_async_staleness_factor_costs_iterations():
+    sc = _pipeline_scenario(train_step_s=1.0)
+    system = SYSTEMS["async_one_step"]
+    # no penalty: the same rollouts count as much as plain GRPO's (common random numbers)
+    fresh = Simulation(sc, system, None, learning=LearningModel(baseline_iterations=20)).run()
+    od = Simulation(
+        sc, SYSTEMS["on_demand_grpo"], None, learning=LearningModel(baseline_iterations=20)
+    ).run()
+    assert fresh.reached and fresh.iterations == od.iterations
+    # every stale iteration (all but the first) counts 0.8: 1 + 0.8 x 24 >= 20 > 1 + 0.8 x 23
+    stale = LearningModel(baseline_iterations=20, contrast_exponent=0.0, async_staleness_factor=0.8)
+    r = Simulation(sc, system, None, learning=stale).run()
+    assert r.iterations == 25
+    flat = dataclasses.replace(stale, async_staleness_factor=1.0)
+    assert Simulation(sc, system, None, learning=flat).run().iterations == 20
+    # the factor is the async pipeline's alone
+    assert Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=stale).run().iterations == 20
