@@ -205,12 +205,27 @@ class System:
     """Colocated only: 'trainer' (the scenario's on-demand trainer GPUs, Spotlight's on-demand
     count) or 'total' (trainer + sampler GPUs: Spotlight's GPUs at full spot capacity, its
     on-demand fallback left out since it runs only while spot capacity is gone)."""
+    trainer_share: float | None = None
+    """On-demand separate pools only: split the same trainer + sampler GPUs as ``share`` trainers
+    and the rest samplers (None: the scenario's split). The ``*_split`` systems use 2/3, the
+    best of 1/3, 1/2, 2/3 and 5/6 in a scan at paper-512 (docs/simulator.md)."""
 
     def trainer_gpus(self, sc: Scenario) -> int:
         """GPUs that run the update."""
         if self.pipeline == "colocated" and self.colocated_gpus == "total":
             return sc.trainer_gpus + sc.sampler_gpus
+        if self.trainer_share is not None:
+            total = sc.trainer_gpus + sc.sampler_gpus
+            return min(total - 1, max(1, round(self.trainer_share * total)))
         return sc.trainer_gpus
+
+    def sampler_gpus(self, sc: Scenario) -> int:
+        """GPUs that sample (a spot system's: at full capacity, the fallback not counted)."""
+        if self.pipeline == "colocated":
+            return self.trainer_gpus(sc)
+        if self.trainer_share is not None:
+            return sc.trainer_gpus + sc.sampler_gpus - self.trainer_gpus(sc)
+        return sc.sampler_gpus
 
     def on_demand_gpus(self, sc: Scenario) -> int:
         """On-demand GPUs held for the whole run (a spot system's fallback not counted)."""
@@ -235,6 +250,8 @@ SYSTEMS: dict[str, System] = {
         System("colocated", "on_demand", pipeline="colocated"),
         System("colocated_same_total", "on_demand", pipeline="colocated", colocated_gpus="total"),
         System("async_one_step", "on_demand", pipeline="async_one_step"),
+        System("on_demand_grpo_split", "on_demand", trainer_share=2 / 3),
+        System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=2 / 3),
         System("spot_grpo", "spot"),
         System("spotlight", "spot", exploration="spot"),
         System("ablation_uniform_planner", "spot", exploration="spot", uniform_planner=True),

@@ -33,6 +33,8 @@ BASELINES = (
     "colocated",
     "colocated_same_total",
     "async_one_step",
+    "on_demand_grpo_split",
+    "async_one_step_split",
     "spot_grpo",
 )
 """What a user would run instead of Spotlight (the ablations are Spotlight with a part changed)."""

@@ -225,7 +225,7 @@ class Simulation:
         self.trainer_gpus = system.trainer_gpus(scenario)
         if system.samplers == "on_demand":
             # colocated: the trainer GPUs themselves sample, between updates
-            samplers = self.trainer_gpus if self.colocated else scenario.sampler_gpus
+            samplers = system.sampler_gpus(scenario)
             for size in form_groups(samplers, scenario.sp_degree, scenario.valid_degrees):
                 self._add_group(size, "on_demand", 0.0)
         else:
@@ -265,7 +265,7 @@ class Simulation:
         if dt < 0:
             raise AssertionError(f"time going backwards: {self.t} -> {to}")
         self.ledger.hold("spot", self.spot_capacity, dt)
-        od = 0 if self.colocated else self.sc.trainer_gpus  # colocated: the groups train too
+        od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
         od += sum(g.size for g in self.groups.values() if g.pool == "on_demand")
         self.ledger.hold("on_demand", od, dt)
         self.t = to

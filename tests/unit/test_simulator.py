@@ -364,6 +364,19 @@ def test_colocated_samples_then_trains_on_the_same_on_demand_gpus():
     assert (od.on_demand_gpus, od.total_gpus) == (4, 4)
 
 
+def test_a_split_system_moves_gpus_between_its_pools_and_keeps_their_total():
+    flat = LearningModel(baseline_iterations=5, contrast_exponent=0.0)
+    sc = _pipeline_scenario(train_step_s=1.0)  # 2 trainer + 2 sampler GPUs
+    split = SYSTEMS["on_demand_grpo_split"]  # 2/3 trainers: 3 + 1
+    assert (split.trainer_gpus(sc), split.sampler_gpus(sc)) == (3, 1)
+    assert split.on_demand_gpus(sc) == split.total_gpus(sc) == 4
+    r = Simulation(sc, split, None, learning=flat).run()
+    # a rollout of 16 GPU-s on 1 sampler after the 2 s pick-up, then 8 GPU-s of update on 3
+    assert r.time_per_iteration_s == pytest.approx(2 + 16 + 8 / 3)
+    assert r.ledger.held_s["on_demand"] == pytest.approx(4 * r.wall_h * 3600)
+    assert SYSTEMS["async_one_step_split"].trainer_gpus(sc) == 3
+
+
 @pytest.mark.parametrize("train_step_s", [1.0, 4.0])
 def test_async_one_step_takes_the_longer_of_rollout_and_update(train_step_s):
     flat = LearningModel(baseline_iterations=6, contrast_exponent=0.0)
