@@ -174,6 +174,27 @@ def _simulate(args: argparse.Namespace) -> int:
     learning = LearningModel(baseline_iterations=args.baseline_iterations)
     if k is not None:
         learning = dataclasses.replace(learning, contrast_exponent=k)
+    changes = {
+        "prompts_file": args.prompts_file,
+        "rank_preservation": args.rank_correlation,
+        "async_staleness_factor": args.async_staleness_factor,
+    }
+    learning = dataclasses.replace(learning, **{k: v for k, v in changes.items() if v is not None})
+    if args.prompts_file is not None:
+        from spotlight.sim_model import EVALS
+
+        if not (Path(args.prompts_file).exists() or (EVALS / args.prompts_file).exists()):
+            shipped = ", ".join(sorted(p.name for p in EVALS.glob("eval-*.json")))
+            raise ValueError(
+                f"--prompts-file {args.prompts_file}: no such file (an eval.json of `spotlight"
+                f" eval`, or a shipped one: {shipped})"
+            )
+    if args.rank_correlation is not None and not -1.0 <= args.rank_correlation <= 1.0:
+        raise ValueError(f"--rank-correlation must be in [-1, 1], got {args.rank_correlation}")
+    if args.async_staleness_factor is not None and not 0.0 < args.async_staleness_factor <= 1.0:
+        raise ValueError(
+            f"--async-staleness-factor must be in (0, 1], got {args.async_staleness_factor}"
+        )
     simulate(
         args.scenario,
         args.trace,
@@ -452,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu")
     ev.set_defaults(func=_eval)
 
-    from spotlight.sim_model import SCENARIOS, SYSTEMS
+    from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel
 
     sim = sub.add_parser("simulate", help="trace-driven cluster simulation of every system")
     sim.add_argument("--scenario", default="paper-512", choices=sorted(SCENARIOS))
@@ -482,6 +503,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--fit-exploration",
         metavar="JSON",
         help="fit k from this exploration.json (spotlight bench exploration) and use it",
+    )
+    learn_defaults = LearningModel()
+    sim.add_argument(
+        "--prompts-file",
+        metavar="JSON",
+        help="prompt population: per-prompt rewards of an eval.json (`spotlight eval`) or a"
+        f" shipped one (default {learn_defaults.prompts_file})",
+    )
+    sim.add_argument(
+        "--rank-correlation",
+        type=float,
+        help="stale/fresh Spearman of explored seeds' rewards (default"
+        f" {learn_defaults.rank_preservation}, measured on OCR-mini)",
+    )
+    sim.add_argument(
+        "--async-staleness-factor",
+        type=float,
+        help="progress of a one-step-stale iteration relative to on-policy (async_one_step*;"
+        f" an assumption, default {learn_defaults.async_staleness_factor})",
     )
     _add_price_flags(sim)
     sim.set_defaults(func=_simulate)

@@ -415,3 +415,23 @@ def test_async_staleness_factor_costs_iterations():
     assert Simulation(sc, system, None, learning=flat).run().iterations == 20
     # the factor is the async pipeline's alone
     assert Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=stale).run().iterations == 20
+
+
+def test_the_learning_inputs_have_flags_and_bad_values_are_refused(tmp_path, capsys):
+    from spotlight.cli import main
+
+    base = ["simulate", "--scenario", "small", "--systems", "async_one_step", "--out"]
+    args = [*base, str(tmp_path / "a"), "--prompts-file", "eval-geneval-mini-base.json"]
+    args += ["--rank-correlation", "0.5", "--async-staleness-factor", "0.9"]
+    assert main(args) == 0
+    learning = json.loads((tmp_path / "a" / "summary.json").read_text())["learning"]
+    assert learning["prompts_file"] == "eval-geneval-mini-base.json"
+    assert learning["rank_preservation"] == 0.5 and learning["async_staleness_factor"] == 0.9
+    for flag, value, says in (
+        ("--prompts-file", "nope.json", "eval-ocr-mini-v0.json"),  # names the shipped ones
+        ("--rank-correlation", "2", "[-1, 1]"),
+        ("--async-staleness-factor", "0", "(0, 1]"),
+    ):
+        assert main([*base, str(tmp_path / "b"), flag, value]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
