@@ -204,6 +204,7 @@ def _simulate(args: argparse.Namespace) -> int:
         learning=learning,
         seed=args.seed,
         log=sys.stdout,
+        trace_windows=args.trace_windows,
     )
     return 0
 
@@ -486,6 +487,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", required=True, help="folder for summary.json, report.md, plots")
     sim.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS), help="default: all")
     sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument(
+        "--trace-windows",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each spot system from N evenly spaced starts of the trace; report the median"
+        " window (Spotlight's) and every window's spread (default 1)",
+    )
     sim.add_argument(
         "--baseline-iterations",
         type=int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,7 +23,7 @@ from typing import Any, TextIO
 from spotlight.costs import PriceTable
 from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Scenario
 from spotlight.simulator import RunResult, Simulation
-from spotlight.traces import load_trace
+from spotlight.traces import CapacityTrace, load_trace
 
 PAPER = {"speedup_vs_baselines": 4.0, "cost_ratio_range": [1.4, 6.4]}
 """The source paper's claims: same target validation score 4x faster, 1.4-6.4x cheaper."""
@@ -86,8 +87,16 @@ def simulate(
     learning: LearningModel | None = None,
     seed: int = 0,
     log: TextIO | None = None,
+    trace_windows: int = 1,
 ) -> dict[str, Any]:
-    """Run ``systems`` (default: all) and write the summary and report to ``out``."""
+    """Run ``systems`` (default: all) and write the summary and report to ``out``.
+
+    With ``trace_windows`` N > 1 every spot system runs N times, the trace started at N evenly
+    spaced offsets of its loop (window 0: where it first has capacity). The on-demand systems
+    do not depend on the trace and run once. The summary's systems, ratios and best baselines
+    are those of the **median window** (Spotlight's median time to target; a system's own
+    median when Spotlight did not run), and ``trace_windows`` gives every window's time and
+    cost per spot system with their median and range."""
     sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     if isinstance(scenario, str) and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
@@ -99,23 +108,21 @@ def simulate(
     prices = prices or PriceTable()
     learning = learning or LearningModel()
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, RunResult] = {}
+    if trace_windows < 1:
+        raise ValueError(f"trace_windows must be >= 1, got {trace_windows}")
+    offsets = window_offsets_s(cap, trace_windows)
+    runs: dict[str, list[RunResult]] = {}
     for name in names:
-        t0 = time.perf_counter()
-        results[name] = Simulation(sc, SYSTEMS[name], cap, prices, learning, seed).run()
-        if log is not None:
-            s = results[name].summary()
-            ttt = s["time_to_target_h"]
-            print(
-                f"[simulate] {name}: "
-                + (f"target at {ttt:.2f} h" if ttt is not None else "target not reached")
-                + f", ${s['cost_usd']:,.0f}, {s['iterations']} iterations,"
-                f" util spot {s['gpu_util_spot']:.2f} on-demand"
-                f" {s['gpu_util_on_demand']:.2f}, {s['preemptions']} preemptions"
-                f" ({time.perf_counter() - t0:.1f} s)",
-                file=log,
-                flush=True,
-            )
+        spot = SYSTEMS[name].samplers == "spot"
+        for k, off in enumerate(offsets if spot else [0.0]):
+            t0 = time.perf_counter()
+            r = Simulation(sc, SYSTEMS[name], cap, prices, learning, seed, off).run()
+            runs.setdefault(name, []).append(r)
+            if log is not None:
+                where = f" window {k} (+{off / 3600:.1f} h)" if len(offsets) > 1 and spot else ""
+                _log_run(log, name + where, r, time.perf_counter() - t0)
+    median = _median_window(runs)
+    results = {n: rs[median if len(rs) > 1 else 0] for n, rs in runs.items()}
     summary = {
         "scenario": _scenario_dict(sc),
         "trace": cap.name,
@@ -123,6 +130,7 @@ def simulate(
         "prices": dataclasses.asdict(prices),
         "learning": dataclasses.asdict(learning),
         "systems": {n: r.summary() for n, r in results.items()},
+        "trace_windows": _windows_summary(runs, offsets, median),
         "ratios": _ratios(results),
         "best_baselines": _best_baselines(results),
         "paper": PAPER,
@@ -142,6 +150,69 @@ def simulate(
     if log is not None:
         print(f"[simulate] -> {out}/summary.json, report.md, *.png", file=log, flush=True)
     return summary
+
+
+def window_offsets_s(trace: CapacityTrace, n: int) -> list[float]:
+    """``n`` evenly spaced start offsets over the trace's loop from its first capacity."""
+    first = next((t for t, c in zip(trace.times_s, trace.counts, strict=True) if c > 0), 0.0)
+    span = trace.duration_s - first if first < trace.duration_s else trace.duration_s
+    return [k * span / n for k in range(n)]
+
+
+def _time_key(r: RunResult) -> float:
+    return r.time_to_target_h if r.time_to_target_h is not None else math.inf
+
+
+def _median_window(runs: dict[str, list[RunResult]]) -> int:
+    """The window whose Spotlight time to target is the median (the lower one of an even
+    count); without Spotlight, the first spot system's."""
+    ref = runs.get("spotlight") or next((rs for rs in runs.values() if len(rs) > 1), None)
+    if not ref or len(ref) == 1:
+        return 0
+    order = sorted(range(len(ref)), key=lambda k: (_time_key(ref[k]), k))
+    return order[(len(order) - 1) // 2]
+
+
+def _windows_summary(
+    runs: dict[str, list[RunResult]], offsets: list[float], median: int
+) -> dict[str, Any]:
+    def spread(values: list[float | None]) -> dict[str, Any]:
+        known = sorted(v for v in values if v is not None)
+        return {
+            "values": values,
+            "median": statistics.median(known) if known else None,
+            "min": known[0] if known else None,
+            "max": known[-1] if known else None,
+            "not_reached": sum(v is None for v in values),
+        }
+
+    return {
+        "n": len(offsets),
+        "offsets_h": [o / 3600 for o in offsets],
+        "median_window": median,
+        "by_system": {
+            n: {
+                "time_to_target_h": spread([r.time_to_target_h for r in rs]),
+                "cost_usd": spread([r.ledger.cost_usd() for r in rs]),
+            }
+            for n, rs in runs.items()
+            if len(rs) > 1
+        },
+    }
+
+
+def _log_run(log: TextIO, label: str, r: RunResult, took_s: float) -> None:
+    s = r.summary()
+    ttt = s["time_to_target_h"]
+    print(
+        f"[simulate] {label}: "
+        + (f"target at {ttt:.2f} h" if ttt is not None else "target not reached")
+        + f", ${s['cost_usd']:,.0f}, {s['iterations']} iterations,"
+        f" util spot {s['gpu_util_spot']:.2f} on-demand"
+        f" {s['gpu_util_on_demand']:.2f}, {s['preemptions']} preemptions ({took_s:.1f} s)",
+        file=log,
+        flush=True,
+    )
 
 
 def _scenario_dict(sc: Scenario) -> dict[str, Any]:
@@ -213,6 +284,10 @@ def _best_baselines(results: dict[str, RunResult]) -> dict[str, dict[str, Any] |
             and ratios["cost_ratio"] >= PAPER["cost_ratio_range"][0],
         }
     return out
+
+
+def _hours(offsets_h: list[float]) -> str:
+    return ", ".join(f"{h:.1f}" for h in offsets_h) + " h"
 
 
 def _plots(results: dict[str, RunResult], out: Path, scenario: str, trace: str) -> None:
@@ -289,6 +364,24 @@ def _report(s: dict[str, Any]) -> str:
             f" {r['gpu_util_spot']:.2f} | {r['gpu_util_on_demand']:.2f} | {r['idle_gpu_h']:,.0f} |"
             f" {r['preemptions']} | {r['work_redone_gpu_h']:.2f} |"
         )
+    w = s.get("trace_windows", {})
+    if w.get("n", 1) > 1:
+        lines += [
+            "",
+            f"Trace windows: {w['n']} starts, {_hours(w['offsets_h'])} into the trace's loop;"
+            f" the tables show window {w['median_window']}, Spotlight's median. Per window:",
+            "",
+            "| system | time to target (h): median (min-max) | cost (USD): median (min-max) |"
+            " not reached |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for name, v in w["by_system"].items():
+            t, c = v["time_to_target_h"], v["cost_usd"]
+            lines.append(
+                f"| {name} | {_fmt(t['median'], '.2f')} ({_fmt(t['min'], '.2f')}-"
+                f"{_fmt(t['max'], '.2f')}) | {c['median']:,.0f} ({c['min']:,.0f}-{c['max']:,.0f})"
+                f" | {t['not_reached']} |"
+            )
     lines += [
         "",
         "Other systems over Spotlight (> 1: Spotlight faster / cheaper; time ratio = time per"

@@ -178,8 +178,12 @@ class Simulation:
         prices: PriceTable | None = None,
         learning: LearningModel | None = None,
         seed: int = 0,
+        trace_offset_s: float = 0.0,
     ):
+        """``trace_offset_s``: start the (looped) trace this far past its first capacity, a
+        trace window; 0 is where it first has GPUs."""
         self.sc, self.sys = scenario, system
+        self.trace_offset_s = trace_offset_s
         self.costs = scenario.costs()
         self.oh = scenario.overheads
         self.learning = learning or LearningModel()
@@ -242,6 +246,7 @@ class Simulation:
         Each lost GPU gets a notice ``notice_s`` earlier, except a ``hard_share`` of them."""
         start = next((t for t, c in zip(trace.times_s, trace.counts, strict=True) if c > 0), 0.0)
         w = trace.window(start) if start < trace.duration_s else trace
+        w = w.rotated(self.trace_offset_s)
         horizon = self.sc.max_hours * 3600 + 1
         offset, previous = 0.0, 0
         while offset < horizon:

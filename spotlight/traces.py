@@ -84,6 +84,21 @@ class CapacityTrace:
                 counts.append(c)
         return _merged(self.name, times, counts, end - start_s)
 
+    def rotated(self, offset_s: float) -> CapacityTrace:
+        """The trace looped and started ``offset_s`` in (modulo its duration), re-timed to 0:
+        the same capacity pattern, met from another point of it (a trace window)."""
+        if self.duration_s <= 0:
+            return self
+        off = offset_s % self.duration_s
+        if off == 0:
+            return self
+        head = self.window(off)
+        tail_t = [t for t in self.times_s if t < off]
+        tail_c = [self.capacity_at(t) for t in tail_t]
+        times = list(head.times_s) + [head.duration_s + t for t in tail_t]
+        counts = list(head.counts) + tail_c
+        return _merged(self.name, times, counts, self.duration_s)
+
 
 def _merged(name: str, times: list[float], counts: list[int], duration_s: float) -> CapacityTrace:
     out_t, out_c = [times[0]], [counts[0]]

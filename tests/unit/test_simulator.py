@@ -435,3 +435,25 @@ def test_the_learning_inputs_have_flags_and_bad_values_are_refused(tmp_path, cap
         assert main([*base, str(tmp_path / "b"), flag, value]) == 2
         assert says in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+
+
+def test_trace_windows_run_spot_systems_from_several_starts_and_report_the_median(tmp_path):
+    from spotlight.sim_report import simulate, window_offsets_s
+    from spotlight.traces import load_trace
+
+    names = ["on_demand_grpo", "spotlight"]
+    one = simulate("small", None, tmp_path / "one", systems=names)
+    s = simulate("small", None, tmp_path / "w", systems=names, trace_windows=3)
+    w = s["trace_windows"]
+    assert w["n"] == 3 and set(w["by_system"]) == {"spotlight"}  # on-demand: no trace, one run
+    times = w["by_system"]["spotlight"]["time_to_target_h"]["values"]
+    assert times[0] == one["systems"]["spotlight"]["time_to_target_h"]  # window 0: the default
+    assert s["systems"]["spotlight"]["time_to_target_h"] == sorted(times)[1]  # the median one
+    assert times[w["median_window"]] == sorted(times)[1]
+    assert s["systems"]["on_demand_grpo"] == one["systems"]["on_demand_grpo"]
+    trace = load_trace(SCENARIOS["small"].trace)
+    offsets = window_offsets_s(trace, 3)
+    assert offsets[0] == 0.0 and w["offsets_h"] == [o / 3600 for o in offsets]
+    assert "Trace windows: 3 starts" in (tmp_path / "w" / "report.md").read_text()
+    with pytest.raises(ValueError, match="trace_windows"):
+        simulate("small", None, tmp_path / "x", systems=names, trace_windows=0)

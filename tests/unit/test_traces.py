@@ -148,3 +148,12 @@ def test_injector_applies_events_in_time_and_counts_them():
     assert inj.stats.notices == inj.stats.removed_after_notice
     assert inj.stats.killed > 0 and inj.stats.removed_after_notice > 0
     assert len(nodes.live) == tr.counts[-1]
+
+
+def test_a_rotated_trace_is_the_same_loop_met_from_another_point():
+    t = CapacityTrace("x", (0.0, 10.0, 30.0), (2, 0, 3), 50.0)
+    r = t.rotated(20.0)
+    assert r.duration_s == 50.0 and r.times_s[0] == 0.0
+    for x in (0.0, 5.0, 9.9, 10.0, 29.9, 30.0, 40.0, 49.9):
+        assert r.capacity_at(x) == t.capacity_at((x + 20.0) % 50.0), x
+    assert t.rotated(0.0) is t and t.rotated(70.0) == r  # modulo the duration
