@@ -49,7 +49,15 @@ from spotlight.seeds import max_variance_subset
 from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
 from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
-from spotlight.work_queue import ItemCheckpoint, ItemResult, SpillPolicy, WorkItem, WorkQueue
+from spotlight.work_queue import (
+    ItemCheckpoint,
+    ItemResult,
+    Kind,
+    Pool,
+    SpillPolicy,
+    WorkItem,
+    WorkQueue,
+)
 
 
 @dataclass
@@ -105,10 +113,10 @@ class RunResult:
             "total_gpus": self.total_gpus,
             "wall_h": self.wall_h,
             "cost_usd": self.ledger.cost_usd(),
-            "gpu_util_spot": self.ledger.utilization("spot"),
-            "gpu_util_on_demand": self.ledger.utilization("on_demand"),
-            "gpu_h_spot": self.ledger.held_s["spot"] / 3600,
-            "gpu_h_on_demand": self.ledger.held_s["on_demand"] / 3600,
+            "gpu_util_spot": self.ledger.utilization(Pool.SPOT),
+            "gpu_util_on_demand": self.ledger.utilization(Pool.ON_DEMAND),
+            "gpu_h_spot": self.ledger.held_s[Pool.SPOT] / 3600,
+            "gpu_h_on_demand": self.ledger.held_s[Pool.ON_DEMAND] / 3600,
             "idle_gpu_h": sum(
                 self.ledger.held_s[p] - self.ledger.busy_s[p] for p in self.ledger.held_s
             )
@@ -207,7 +215,7 @@ class Simulation:
         # Leases are modelled by the simulator (a killed group's items come back lease_s after
         # the kill); the queue itself never expires a live group's lease.
         # On-demand systems' samplers are on-demand GPUs: the spill rule must let them work.
-        mode = "always" if system.samplers == "on_demand" else "after_wait"
+        mode = "always" if system.samplers == Pool.ON_DEMAND else "after_wait"
         self.queue = WorkQueue(lease_s=1e15, spill=SpillPolicy(mode, self.oh.spill_wait_s))
         self.leaving = 0  # spot GPUs with a notice, held until they go
         self.lost_starting = 0  # starting GPUs preempted before they were ready
@@ -227,11 +235,11 @@ class Simulation:
         self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
         self.colocated = system.pipeline == "colocated"
         self.trainer_gpus = system.trainer_gpus(scenario)
-        if system.samplers == "on_demand":
+        if system.samplers == Pool.ON_DEMAND:
             # colocated: the trainer GPUs themselves sample, between updates
             samplers = system.sampler_gpus(scenario)
             for size in form_groups(samplers, scenario.sp_degree, scenario.valid_degrees):
-                self._add_group(size, "on_demand", 0.0)
+                self._add_group(size, Pool.ON_DEMAND, 0.0)
         else:
             if trace is None:
                 raise ValueError("a spot system needs a capacity trace")
@@ -269,10 +277,10 @@ class Simulation:
         dt = to - self.t
         if dt < 0:
             raise AssertionError(f"time going backwards: {self.t} -> {to}")
-        self.ledger.hold("spot", self.spot_capacity, dt)
+        self.ledger.hold(Pool.SPOT, self.spot_capacity, dt)
         od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
-        od += sum(g.size for g in self.groups.values() if g.pool == "on_demand")
-        self.ledger.hold("on_demand", od, dt)
+        od += sum(g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND)
+        self.ledger.hold(Pool.ON_DEMAND, od, dt)
         self.t = to
 
     # -- Groups --------------------------------------------------------------------------
@@ -288,7 +296,7 @@ class Simulation:
         sizes = form_groups(self.free_spot, self.sc.sp_degree, self.sc.valid_degrees)
         for size in sizes:
             self.free_spot -= size
-            self._add_group(size, "spot", self.t + delay)
+            self._add_group(size, Pool.SPOT, self.t + delay)
 
     def _step_s(self, g: _Group) -> float:
         eff = self.sc.sp_efficiency.get(g.size, 1.0)
@@ -296,7 +304,7 @@ class Simulation:
 
     def _victim(self) -> tuple[str, _Group | None]:
         """A random held spot GPU that has no notice yet: ('starting' | 'free' | 'group', g)."""
-        in_groups = [g for g in self.groups.values() if g.pool == "spot" for _ in range(g.size)]
+        in_groups = [g for g in self.groups.values() if g.pool == Pool.SPOT for _ in range(g.size)]
         total = self.starting + self.free_spot + len(in_groups)
         if total == 0:
             return "none", None
@@ -366,7 +374,7 @@ class Simulation:
         assert item is not None
         done_s = self.t - g.started
         steps = min(self.sc.num_steps - 1, g.start_step + int(done_s / g.step_s))
-        self.ledger.busy("spot", done_s * g.size)
+        self.ledger.busy(Pool.SPOT, done_s * g.size)
         if self.sys.dispatch == "push":  # no commits: the item starts over elsewhere
             self.redone_gpu_s += done_s * g.size
             self._give_back(g, [item], notice)
@@ -422,7 +430,7 @@ class Simulation:
                 eligible = [
                     g
                     for g in self.groups.values()
-                    if g.pool == "spot" or items[0].kind != "explore"
+                    if g.pool == Pool.SPOT or items[0].kind != Kind.EXPLORE
                 ]
                 ready = [g for g in eligible if g.ready_at <= self.t] or eligible
                 for k, it in enumerate(items):
@@ -434,7 +442,8 @@ class Simulation:
                     self._push(self.t + self.oh.push_detect_s, "repush")
             else:
                 self.queue.submit(items, now=self.t)
-        spill_check = self.sys.samplers == "spot" and any(it.kind == "rollout" for it in items)
+        rollout = any(it.kind == Kind.ROLLOUT for it in items)
+        spill_check = self.sys.samplers == Pool.SPOT and rollout
         if spill_check:
             self._push(self.t + self.oh.spill_wait_s, "spill_check")
         self._dispatch()
@@ -506,10 +515,10 @@ class Simulation:
             pass  # nothing to change: the dispatch after every event gives it work
         elif kind == "repush":
             ready = [g for g in self.groups.values() if g.ready_at <= self.t]
-            spot = [g for g in ready if g.pool == "spot"]
+            spot = [g for g in ready if g.pool == Pool.SPOT]
             left = []
             for k, it in enumerate(self._orphans):
-                to = spot if it.kind == "explore" else ready  # exploration stays on spot
+                to = spot if it.kind == Kind.EXPLORE else ready  # exploration stays on spot
                 if to:
                     to[k % len(to)].queue.append(it)
                 else:
@@ -520,14 +529,14 @@ class Simulation:
         elif kind == "spill_check":
             if rollout_waiting and not self._fallback and self.sc.fallback_gpus > 0:
                 spot_ready = [
-                    g for g in self.groups.values() if g.pool == "spot" and g.ready_at <= self.t
+                    g for g in self.groups.values() if g.pool == Pool.SPOT and g.ready_at <= self.t
                 ]
                 if not spot_ready:
                     self.spill_launches += 1
                     for size in form_groups(
                         self.sc.fallback_gpus, self.sc.sp_degree, self.sc.valid_degrees
                     ):
-                        g = self._add_group(size, "on_demand", self.t + self.oh.replica_start_s)
+                        g = self._add_group(size, Pool.ON_DEMAND, self.t + self.oh.replica_start_s)
                         self._fallback.append(g.gid)
             if rollout_waiting:  # look again (at least a second later)
                 self._push(self.t + max(1.0, self.oh.spill_wait_s), "spill_check")
@@ -540,7 +549,7 @@ class Simulation:
         capacity returns)."""
         if not self._fallback:
             return
-        if not any(g.pool == "spot" and g.ready_at <= self.t for g in self.groups.values()):
+        if not any(g.pool == Pool.SPOT and g.ready_at <= self.t for g in self.groups.values()):
             return
         for gid in self._fallback:
             g = self.groups.pop(gid, None)
@@ -573,14 +582,14 @@ class Simulation:
             t0 = self.t
             if one_step_stale:  # this rollout was sampled during the last update
                 if it == 0:  # ... except the first, which fills the pipeline
-                    self._sample(self._items("rollout", it, P * G))
+                    self._sample(self._items(Kind.ROLLOUT, it, P * G))
                 contrast = self._contrast(it, batch, explored, fresh=False)
             elif self.sys.exploration == "critical_path":
                 n = sc.critical_candidates
-                self._sample(self._items("rollout", it, P * n))
+                self._sample(self._items(Kind.ROLLOUT, it, P * n))
                 contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
             else:
-                self._sample(self._items("rollout", it, P * G))
+                self._sample(self._items(Kind.ROLLOUT, it, P * G))
                 contrast = self._contrast(it, batch, explored, fresh=False)
             sample_s = self.t - t0
             if sample_s > 0:
@@ -591,7 +600,7 @@ class Simulation:
             # the update; Spotlight explores the next prompts meanwhile, a one-step-stale
             # pipeline samples the next rollout, a colocated system's samplers are training
             t_train_end = self.t + train_s
-            self.ledger.busy("on_demand", train_s * self.trainer_gpus)
+            self.ledger.busy(Pool.ON_DEMAND, train_s * self.trainer_gpus)
             explored = {}
             gain = (contrast / self.baseline_contrast) ** lm.contrast_exponent
             if one_step_stale:
@@ -599,14 +608,14 @@ class Simulation:
                     gain *= lm.async_staleness_factor
                 if min(1.0, (progress + gain) / lm.baseline_iterations) < 1.0:
                     # the next rollout, on the weights before this update, meanwhile
-                    self._sample(self._items("rollout", it + 1, P * G))
+                    self._sample(self._items(Kind.ROLLOUT, it + 1, P * G))
                 self._sample([], deadline=t_train_end)
             elif self.sys.exploration == "spot":
                 budget = exploration_budget(train_s, self._rate or 0.0, 10**9)
                 names = [str(p) for p in next_prompts]
                 plan = self.planner.plan(names, budget)
                 want = {p: plan[str(p)] for p in next_prompts if plan[str(p)] > 0}
-                items = self._items("explore", it, sum(want.values()))
+                items = self._items(Kind.EXPLORE, it, sum(want.values()))
                 done = self._sample(items, deadline=t_train_end)
                 share = len(done) / len(items) if items else 0.0
                 # exploration finishes in item order: prompts are covered in plan order
