@@ -484,7 +484,7 @@ class Controller:
         self._trainer_thread.start()
 
     # -- Waiting -------------------------------------------------------------------------
-    def _tick(self, progress: str | None = None) -> None:
+    def _tick(self) -> None:
         """Account held GPU time since the last tick; fail fast when the trainer died."""
         if self.injector is not None:
             for ev in self.injector.tick(time.time()):

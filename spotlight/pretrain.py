@@ -96,8 +96,8 @@ class RenderedPrompts(Dataset):
 def _lr_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    done = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, done)))
 
 
 def _conditioning(policy: TinyPolicy, prompts: list[str], drop: torch.Tensor) -> TextCond:
