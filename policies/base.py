@@ -20,6 +20,16 @@ LORA_TARGETS = (
 )
 """Attention projections of the image and text streams of a ``QwenImageTransformer2DModel``
 that get LoRA adapters (all blocks): module-name suffixes, as peft matches them."""
+FLOW_GRPO_LORA_TARGETS = (
+    *LORA_TARGETS,
+    "img_mlp.net.0.proj",
+    "img_mlp.net.2",
+    "txt_mlp.net.0.proj",
+    "txt_mlp.net.2",
+)
+"""Flow-GRPO's LoRA targets for Qwen-Image (yifan123/flow_grpo,
+``scripts/train_qwenimage_edit_plus.py``: rank 64, alpha 128, Gaussian init): the attention
+projections and both streams' MLPs."""
 
 
 def last_block_text_only(transformer: torch.nn.Module) -> list[str]:

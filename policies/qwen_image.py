@@ -28,6 +28,7 @@ from spotlight.policies.base import (
     TextCond,
     check_latents,
     check_state_matches,
+    last_block_text_only,
     qwen_transformer_velocity,
 )
 
@@ -61,6 +62,7 @@ class QwenImagePolicy(nn.Module):
         width: int = 512,
         max_sequence_length: int = 256,
         gradient_checkpointing: bool = False,
+        lora_targets: tuple[str, ...] | list[str] | None = None,
     ):
         super().__init__()
         self.transformer, self.vae = pipe.transformer, pipe.vae
@@ -78,27 +80,34 @@ class QwenImagePolicy(nn.Module):
         self.latent_shape = (z_dim, height // scale, width // scale)
         self.max_sequence_length = max_sequence_length
         self.requires_grad_(False)
-        self._lora = self._add_lora(lora_rank, lora_alpha)
+        self._lora = self._add_lora(lora_rank, lora_alpha, tuple(lora_targets or LORA_TARGETS))
         self.eval()
         if gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
         self._null: TextCond | None = None
         self._prompt_cache: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
 
-    def _add_lora(self, rank: int, alpha: float | None) -> dict[str, nn.Parameter]:
-        """Add float32 LoRA adapters on :data:`LORA_TARGETS`; return them by parameter name.
+    def _add_lora(
+        self, rank: int, alpha: float | None, targets: tuple[str, ...]
+    ) -> dict[str, nn.Parameter]:
+        """Add float32 LoRA adapters on ``targets`` (module-name suffixes; default
+        :data:`LORA_TARGETS`, the attention projections); return them by parameter name.
 
-        The last block's ``to_add_out`` is left out: it only feeds the text stream, which the
-        transformer discards after that block, so an adapter there would never get a gradient.
+        The last block's text queries and output (``add_q_proj``, ``to_add_out``) and text MLP
+        (``txt_mlp.*``) are left out: they only feed the text stream, which the transformer
+        discards after that block, so an adapter there would never get a gradient.
         """
-        last = len(self.transformer.transformer_blocks) - 1
+        last = f"transformer_blocks.{len(self.transformer.transformer_blocks) - 1}"
+        dead = last_block_text_only(self.transformer) + [
+            f"{last}.{t}" for t in targets if t.startswith("txt_mlp")
+        ]
         self.transformer.add_adapter(
             LoraConfig(
                 r=rank,
                 lora_alpha=alpha if alpha is not None else rank,
                 init_lora_weights="gaussian",
-                target_modules=list(LORA_TARGETS),
-                exclude_modules=[f"transformer_blocks.{last}.attn.to_add_out"],
+                target_modules=list(targets),
+                exclude_modules=dead,
             )
         )
         lora = {n: p for n, p in self.transformer.named_parameters() if "lora_" in n}
@@ -119,6 +128,7 @@ class QwenImagePolicy(nn.Module):
         width: int = 512,
         max_sequence_length: int = 256,
         gradient_checkpointing: bool = False,
+        lora_targets: tuple[str, ...] | list[str] | None = None,
     ) -> QwenImagePolicy:
         """Load a local diffusers-format Qwen-Image folder (never the network) and add LoRA.
 
@@ -133,6 +143,9 @@ class QwenImagePolicy(nn.Module):
             width: Image width in pixels (a multiple of 16).
             max_sequence_length: Text tokens every prompt is padded/truncated to.
             gradient_checkpointing: Recompute transformer blocks in the backward pass.
+            lora_targets: Module-name suffixes that get LoRA adapters (default
+                :data:`LORA_TARGETS`; ``spotlight.policies.base.FLOW_GRPO_LORA_TARGETS`` adds
+                the MLPs).
 
         Raises:
             FileNotFoundError: the folder or one of its parts is missing.
@@ -143,7 +156,14 @@ class QwenImagePolicy(nn.Module):
             str(folder), dtype=_as_dtype(dtype), local_files_only=True
         )
         policy = cls(
-            pipe, lora_rank, lora_alpha, height, width, max_sequence_length, gradient_checkpointing
+            pipe,
+            lora_rank,
+            lora_alpha,
+            height,
+            width,
+            max_sequence_length,
+            gradient_checkpointing,
+            lora_targets,
         )
         return policy.to(device)
 

@@ -86,7 +86,11 @@ def finished_runs(out: Path, modes: list[str], seeds: list[int]) -> dict[str, li
 def _check_same_config(run_dir: Path, cfg: Config) -> None:
     """A re-run reuses a run folder only if it ran this very config."""
     path = run_dir / "config.json"
-    if path.exists() and json.loads(path.read_text()) != json.loads(json.dumps(cfg.to_dict())):
+    if not path.exists():
+        return
+    # Through from_dict: a field added since the run was written takes its default there too.
+    ran = Config.from_dict(json.loads(path.read_text())).to_dict()
+    if json.loads(json.dumps(ran)) != json.loads(json.dumps(cfg.to_dict())):
         raise ValueError(
             f"{run_dir} holds a run of another config (compare its config.json); use another"
             " --out, or delete it to run it again"

@@ -28,6 +28,8 @@ def _train(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(
             cfg, policy=dataclasses.replace(cfg.policy, checkpoint=args.checkpoint)
         )
+    if args.reward_model is not None:
+        cfg = dataclasses.replace(cfg, reward_model=args.reward_model)
     cfg.validate()
     if args.resume is not None:
         out, resume = Path(args.resume), True
@@ -43,15 +45,21 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     from spotlight.controller import run_ray
 
-    opts = ray_options_from_args(args)
+    opts = ray_options_from_args(args, cfg.recipe)
     opts.validate()
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
     return 0
 
 
-def ray_options_from_args(args: argparse.Namespace):
-    """The :class:`RayOptions` that ``spotlight train``'s flags ask for."""
+def ray_options_from_args(args: argparse.Namespace, recipe: str | None = None):
+    """The :class:`RayOptions` that ``spotlight train``'s flags ask for; where a flag is left
+    out, the recipe's hint (``recipes.RAY_HINTS``, e.g. SP degree 4 at 1280), else the
+    dataclass's default."""
     from spotlight.controller import RayOptions
+    from spotlight.recipes import RAY_HINTS
+
+    hint = RAY_HINTS.get(recipe or "", {}).get("sp_degree", RayOptions.sp_degree)
+    sp_degree = args.sp_degree if args.sp_degree is not None else hint
 
     return RayOptions(
         num_samplers=args.samplers,
@@ -75,8 +83,9 @@ def ray_options_from_args(args: argparse.Namespace):
         trace_hard_share=args.trace_hard_share,
         trace_start_s=args.trace_start_h * 3600 if args.trace_start_h is not None else None,
         trace_seed=args.trace_seed,
-        sp_degree=args.sp_degree,
+        sp_degree=sp_degree,
         sp_workers=args.sp_workers,
+        reward_gpus=args.reward_gpus,
     )
 
 
@@ -319,6 +328,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="DIR", help="continue the run in DIR")
     train.add_argument("--checkpoint", help="policy checkpoint / model folder to start from")
     train.add_argument(
+        "--reward-model",
+        metavar="DIR",
+        help="local folder of the reward's model (ocr-model: GOT-OCR 2.0; geneval-model: a folder"
+        " with mask2former/ and clip/; clip: CLIP); default: the reward's own (docs/cluster.md)",
+    )
+    train.add_argument(
+        "--reward-gpus",
+        type=float,
+        help="GPUs of the reward deployment (default: 1 for a model reward on CUDA, else 0)",
+    )
+    train.add_argument(
         "--device", default=ray_defaults.device, help="torch device (default %(default)s)"
     )
     train.add_argument(
@@ -337,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--sp-degree",
         type=int,
-        default=ray_defaults.sp_degree,
-        help="SP group size: GPUs (locally: worker processes) per sample, Ulysses SP above 1",
+        help="SP group size: GPUs (locally: worker processes) per sample, Ulysses SP above 1"
+        f" (default: the recipe's, else {ray_defaults.sp_degree})",
     )
     train.add_argument(
         "--sp-workers",

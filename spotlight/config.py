@@ -251,6 +251,11 @@ class Config:
     """The GRPO update."""
     reward: str = "brightness"
     """Reward name (see spotlight.rewards.REWARDS)."""
+    reward_model: str | None = None
+    """Local folder of the reward's model, for the rewards that load one: ``ocr-model`` (a
+    GOT-OCR 2.0 folder), ``geneval-model`` (a folder with ``mask2former/`` and ``clip/``),
+    ``clip`` (a CLIP folder). None: the reward's own default (an environment variable, then a
+    path under /shared/models; spotlight.rewards). Nothing is ever downloaded."""
     task: str | None = None
     """Task whose train/val prompt splits are used (None: built-in random-word prompts)."""
     num_iterations: int = 20
@@ -280,10 +285,15 @@ class Config:
         self.sampler.validate()
         self.grpo.validate()
         self.exploration.validate(self.grpo.group_size)
-        from spotlight.rewards import REWARDS
+        from spotlight.rewards import MODEL_REWARDS, REWARDS
 
         if self.reward not in REWARDS:
             raise ValueError(f"unknown reward {self.reward!r}; known: {', '.join(sorted(REWARDS))}")
+        if self.reward_model is not None and self.reward not in MODEL_REWARDS:
+            raise ValueError(
+                f"reward_model is set but reward {self.reward!r} loads no model (those that do:"
+                f" {', '.join(MODEL_REWARDS)})"
+            )
         if self.task is not None:
             from spotlight.tasks import get_task
 

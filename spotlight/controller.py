@@ -152,9 +152,21 @@ class RayOptions:
     ``sp_degree`` that share its items (e.g. all 8 GPUs of a node at SP 4: two groups, and
     after a loss 4 + 3 for Qwen-Image's 24 heads). Default: ``sp_degree`` (one group)."""
 
+    reward_gpus: float | None = None
+    """GPUs of the reward deployment. None: one for a model reward (``MODEL_REWARDS``: an OCR
+    model, GenEval's detector and CLIP) on a CUDA device, else none."""
+
     @property
     def workers_per_replica(self) -> int:
         return self.sp_workers if self.sp_workers is not None else self.sp_degree
+
+    def scorer_gpus(self, reward: str) -> float:
+        """GPUs the reward deployment asks for (``reward_gpus``, resolved)."""
+        if self.reward_gpus is not None:
+            return self.reward_gpus
+        from spotlight.rewards import MODEL_REWARDS
+
+        return 1.0 if self.device.startswith("cuda") and reward in MODEL_REWARDS else 0.0
 
     def spill_policy(self):
         from spotlight.work_queue import SpillPolicy
@@ -177,6 +189,8 @@ class RayOptions:
                 f"sp workers ({self.sp_workers}) must be >= the sp degree ({self.sp_degree}):"
                 " a replica needs the GPUs of at least one SP group"
             )
+        if self.reward_gpus is not None and self.reward_gpus < 0:
+            raise ValueError(f"reward gpus must be >= 0, got {self.reward_gpus}")
         if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
             raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
         self.spill_policy()
@@ -410,7 +424,13 @@ class Controller:
             return replica_actor_options(pool, opts.workers_per_replica, gpu)
 
         def reward():
-            return reward_scorer(cfg.reward, opts.threads_per_worker, spec.idle_priority)
+            return reward_scorer(
+                cfg.reward,
+                opts.threads_per_worker,
+                spec.idle_priority,
+                cfg.reward_model,
+                opts.scorer_gpus(cfg.reward),
+            )
 
         trace = self.injector is not None
         apps = {
@@ -1003,7 +1023,7 @@ def run_ray(
             "sampler.group_init_noise is not supported by the Ray runner yet (its work items"
             " carry no init seeds, so group members would not share their initial noise)"
         )
-    preflight_reward(cfg.reward)  # e.g. no tesseract: say so before Ray starts
+    preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
     out_dir.mkdir(parents=True, exist_ok=True)
     if not resume:

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from spotlight.config import Config, ExplorationConfig, GRPOConfig, PolicyConfig, SamplerConfig
-from spotlight.tasks import base_checkpoint
+from spotlight.tasks import base_checkpoint, get_task
 
 TASK_SAMPLER = SamplerConfig(num_steps=10, eta=0.7, guidance_scale=3.0, batch_size=8)
 """Sampling for the task recipes and `spotlight eval`: CFG 3 reads far better on the tiny base
@@ -117,12 +117,136 @@ def tiny_geneval() -> Config:
     return _tiny_task("geneval-mini", "geneval")
 
 
+QWEN_IMAGE_SAMPLER = SamplerConfig(
+    num_steps=10,
+    eta=0.7,
+    shift=3.0,
+    guidance_scale=4.0,
+    batch_size=8,
+    sde_window_start=0,
+    sde_window_end=2,
+    window_eta=1.2,
+)
+"""Flow-GRPO's Qwen-Image sampling (yifan123/flow_grpo ``config/grpo.py``,
+``pickscore_qwenimage``): 10 steps, CFG 4, an SDE window of 2 steps at noise level 1.2, ODE
+elsewhere. Flow-GRPO draws the window's place in steps 0-4 at random each time; here it is
+fixed at the first two steps, where the reward's variance is largest (TempFlow-GRPO)."""
+
+QWEN_IMAGE_GRPO = GRPOConfig(
+    group_size=16,
+    learning_rate=3e-4,
+    clip_range=1e-4,
+    kl_beta=0.0,
+    adv_clip=5.0,
+    timestep_fraction=1.0,
+    train_batch_size=4,
+)
+"""Flow-GRPO's Qwen-Image update (the same config; ``config/base.py`` for lr 3e-4, clip range
+1e-4, advantages clipped to 5): 16 images per prompt, no KL, both window steps trained. Flow-GRPO
+takes two optimizer steps per 512 images; this update takes one."""
+
+NFT_OVERRIDES = (
+    "grpo.loss=nft",
+    "grpo.nft_beta=0.1",
+    "grpo.nft_draws=4",
+    "grpo.kl_beta=0.0001",
+)
+"""DiffusionNFT in place of Flow-GRPO (``--set`` each): the objective that raised OCR-mini's
+reward on a CPU (docs/tasks.md), with DiffusionNFT's OCR settings (NVlabs/DiffusionNFT
+``config/nft.py``: beta 0.1, KL 1e-4; LoRA at lr 3e-4 as here)."""
+
+
+def _qwen_image_task(task: str, reward: str, size: int) -> Config:
+    """A Qwen-Image recipe of the source paper's experiments: Flow-GRPO's Qwen-Image settings,
+    on task ``task`` scored by ``reward``, at ``size`` x ``size`` pixels, seed exploration on."""
+    sampler = QWEN_IMAGE_SAMPLER
+    grpo = QWEN_IMAGE_GRPO
+    if size > 512:  # ~6.3x the tokens of 512: keep a forward's activations about the same
+        sampler = dataclasses.replace(sampler, batch_size=2)
+        grpo = dataclasses.replace(grpo, train_batch_size=1)
+    from spotlight.policies.base import FLOW_GRPO_LORA_TARGETS  # torch: only when built
+
+    return Config(
+        recipe=f"qwen-image-{task}-{size}",
+        policy=PolicyConfig(
+            name="qwen-image",
+            checkpoint=None,
+            options={
+                "lora_rank": 64,
+                "lora_alpha": 128,
+                "lora_targets": list(FLOW_GRPO_LORA_TARGETS),
+                "height": size,
+                "width": size,
+                "gradient_checkpointing": True,
+            },
+        ),
+        sampler=sampler,
+        grpo=grpo,
+        reward=reward,
+        task=task,
+        num_iterations=300,
+        num_prompts_per_iteration=32,
+        num_train_prompts=1_000_000,  # the whole training split
+        num_val_prompts=min(1_024, len(get_task(task).prompts("val"))),  # GenEval's: 277
+        num_val_seeds=1,
+        val_every=30,
+        exploration=ExplorationConfig(mode="spot", max_candidates=64),
+    )
+
+
+def qwen_image_ocr_512() -> Config:
+    """Qwen-Image on OCR (quoted text in scenes, spotlight/tasks/ocr_scenes.py) at 512 x 512,
+    scored by GOT-OCR 2.0 with Flow-GRPO's OCR formula (``--reward-model``: its local folder).
+
+    Flow-GRPO's Qwen-Image settings (``QWEN_IMAGE_SAMPLER``, ``QWEN_IMAGE_GRPO``; the repository
+    publishes them for PickScore, its only text-to-image Qwen-Image config): 32 prompts x 16
+    images an iteration, LoRA rank 64 / alpha 128 on the attention and MLPs at lr 3e-4, no KL.
+    verl-omni's Qwen-Image OCR run uses the same 32 x 16 with LoRA 64 at 3e-4. Validation on
+    1,024 held-out prompts x 1 seed every 30 iterations. DiffusionNFT: ``NFT_OVERRIDES``."""
+    return _qwen_image_task("ocr", "ocr-model", 512)
+
+
+def qwen_image_geneval_512() -> Config:
+    """Qwen-Image on GenEval (its six categories over COCO objects, spotlight/tasks/geneval.py)
+    at 512 x 512, scored by GenEval's rules on Mask2Former detections and CLIP colours
+    (``--reward-model``: a folder with ``mask2former/`` and ``clip/``). The settings of
+    :func:`qwen_image_ocr_512` (Flow-GRPO publishes no GenEval config for Qwen-Image; its SD3
+    GenEval config differs mainly in KL 0.04 and 24 images per prompt), validated on all 277
+    validation prompts (half of GenEval's 553, in its category proportions)."""
+    return _qwen_image_task("geneval", "geneval-model", 512)
+
+
+def qwen_image_ocr_1280() -> Config:
+    """:func:`qwen_image_ocr_512` at 1280 x 1280 (6,400 image tokens): sampled with sequence
+    parallelism, SP degree 4 (Qwen-Image's 24 heads, 6 per GPU; ``RAY_HINTS``), sampler batches
+    of 2, train chunks of 1."""
+    return _qwen_image_task("ocr", "ocr-model", 1280)
+
+
+def qwen_image_geneval_1280() -> Config:
+    """:func:`qwen_image_geneval_512` at 1280 x 1280, with SP degree 4 as
+    :func:`qwen_image_ocr_1280`."""
+    return _qwen_image_task("geneval", "geneval-model", 1280)
+
+
+RAY_HINTS: dict[str, dict[str, int]] = {
+    "qwen-image-ocr-1280": {"sp_degree": 4},
+    "qwen-image-geneval-1280": {"sp_degree": 4},
+}
+"""Where a recipe wants to run, beyond ``RayOptions``' defaults (``spotlight train`` applies
+these unless its flags say otherwise): the 1280 recipes sample with SP degree 4."""
+
+
 RECIPES: dict[str, Callable[[], Config]] = {
     "tiny-ocr": tiny_ocr,
     "tiny-geneval": tiny_geneval,
     "tiny-brightness": tiny_brightness,
     "tiny-smoke": tiny_smoke,
     "qwen-image-brightness": qwen_image_brightness,
+    "qwen-image-ocr-512": qwen_image_ocr_512,
+    "qwen-image-geneval-512": qwen_image_geneval_512,
+    "qwen-image-ocr-1280": qwen_image_ocr_1280,
+    "qwen-image-geneval-1280": qwen_image_geneval_1280,
 }
 DEFAULT_RECIPE = "tiny-ocr"
 

@@ -58,7 +58,9 @@ def run_local(
             " seeds: add --set exploration.mode=off, or use --runner ray"
         )
     preflight_run(cfg, out_dir, resume)
-    loop = ReferenceLoop(cfg, make_policy(cfg.policy, device), build_reward(cfg.reward))
+    loop = ReferenceLoop(
+        cfg, make_policy(cfg.policy, device), build_reward(cfg.reward, cfg.reward_model)
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     start = 0
     if resume:

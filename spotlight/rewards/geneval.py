@@ -17,7 +17,9 @@ is the fraction that hold):
 - position: [A present, B present, the relation holds between the largest A and largest B]
 - color_attr: [A present, an A has color A, B present, a B has color B]
 
-Extra objects are allowed (as in GenEval) except in counting, where the count is exact.
+Extra objects are allowed (as in GenEval) except in counting, where the count is exact. The
+clauses are evaluated by the rule code shared with the real GenEval reward
+(spotlight.rewards.geneval_rules), with this world's centroid relation.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spotlight.rewards import geneval_rules as rules
 from spotlight.rewards.simple import check_images
 from spotlight.tasks.geneval_mini import (
     BACKGROUND,
@@ -183,22 +186,35 @@ def relation_holds(relation: str, a: Detection, b: Detection) -> bool:
     return along >= POSITION_MIN_OFFSET and along > POSITION_CONE * norm
 
 
+def requirements(spec: PromptSpec) -> rules.Spec:
+    """``spec`` in the shared rules' terms: shapes as names, the relation on the first object."""
+    objects = tuple(
+        rules.Requirement(
+            o.shape,
+            spec.count,
+            o.color,
+            (spec.relation, 1) if spec.relation is not None and i == 0 else None,
+        )
+        for i, o in enumerate(spec.objects)
+    )
+    return rules.Spec(spec.category, objects)
+
+
 def clauses(spec: PromptSpec, found: list[Detection]) -> list[bool]:
-    """The clauses of ``spec``'s category (module docstring), evaluated on ``found``."""
-    by_shape = [[d for d in found if d.shape == o.shape] for o in spec.objects]
-    present = [bool(ds) for ds in by_shape]
-    if spec.category == "counting":
-        return [present[0], len(by_shape[0]) == spec.count]
-    if spec.category == "position":
-        a, b = (ds[0] if ds else None for ds in by_shape)  # the largest of each
-        rel = a is not None and b is not None and relation_holds(spec.relation or "", a, b)
-        return [*present, rel]
-    if spec.category in ("colors", "color_attr"):
-        out = []
-        for o, ds, p in zip(spec.objects, by_shape, present, strict=True):
-            out += [p, any(d.color == o.color for d in ds)]
-        return out
-    return present
+    """The clauses of ``spec``'s category (module docstring), evaluated on ``found``.
+
+    GenEval's rules (spotlight.rewards.geneval_rules) with this world's relation predicate
+    (``relation_holds`` on the largest A and B: ``found`` is largest first), any object of a
+    shape carrying a colour, and exact counts.
+    """
+    return rules.clauses(
+        requirements(spec),
+        found,
+        relation=relation_holds,
+        any_color=True,
+        exact_count=True,
+        label_of=lambda d: d.shape,
+    )
 
 
 def score(image: np.ndarray, prompt: str) -> tuple[bool, float]:

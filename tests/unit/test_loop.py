@@ -154,7 +154,7 @@ def test_ray_runner_bad_input_fails_before_ray_starts(tmp_path, capsys, monkeypa
 
     import spotlight.rewards as rewards
 
-    def no_tesseract():
+    def no_tesseract(model=None):
         raise FileNotFoundError("tesseract is not installed (apt-get install tesseract-ocr)")
 
     monkeypatch.setitem(rewards.REWARDS, "ocr", no_tesseract)

@@ -12,13 +12,10 @@ import numpy as np
 import pytest
 import torch
 from diffusers import (
-    AutoencoderKLQwenImage,
     FlowMatchEulerDiscreteScheduler,
     QwenImagePipeline,
-    QwenImageTransformer2DModel,
 )
-from tokenizers import pre_tokenizers, trainers
-from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+from tiny_hf.qwen_image import save_tiny_qwen_image
 
 from spotlight.config import PolicyConfig, SamplerConfig
 from spotlight.policies import make_policy
@@ -30,74 +27,11 @@ SIZE = 64
 """Image side in pixels: 8x8 latents, 4x4 = 16 image tokens."""
 MAX_LEN = 24
 """Text tokens per prompt in these tests."""
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-
-def _tokenizer(folder: Path, template: str) -> Qwen2Tokenizer:
-    """A byte-level BPE trained here on the chat template: vocab.json + merges.txt, no download.
-
-    Every word of the template becomes one token, so the template's system part is 34 tokens as
-    with the real tokenizer (the pipeline's ``prompt_template_encode_start_idx``).
-    """
-    backend = Qwen2Tokenizer().backend_tokenizer  # Qwen2's pre-tokenizer, an empty vocabulary
-    backend.add_special_tokens(list(SPECIALS))
-    trainer = trainers.BpeTrainer(
-        vocab_size=1000,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator([template.format("a red cat on a mat")], trainer)
-    folder.mkdir()
-    vocab, merges = backend.model.save(str(folder))
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges)
-    tok.add_special_tokens({"additional_special_tokens": list(SPECIALS[1:])})
-    return tok
-
-
-def _text_encoder(vocab_size: int, eos: int) -> Qwen2_5_VLForConditionalGeneration:
-    text = {
-        "hidden_size": 16,
-        "intermediate_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "vocab_size": vocab_size,
-        "bos_token_id": eos,
-        "eos_token_id": eos,
-        "rope_scaling": {"rope_type": "default", "mrope_section": [1, 1, 2]},
-    }
-    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2}
-    config = Qwen2_5_VLConfig(
-        text_config=text, vision_config={**vision, "out_hidden_size": 16}, vocab_size=vocab_size
-    )
-    return Qwen2_5_VLForConditionalGeneration(config).eval()
-
-
-def _save_tiny_qwen_image(folder: Path) -> None:
-    """A diffusers-format folder laid out like Qwen/Qwen-Image, with tiny random weights."""
-    torch.manual_seed(0)
-    transformer = QwenImageTransformer2DModel(
-        num_layers=2,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=64,
-        out_channels=16,
-        joint_attention_dim=16,
-        axes_dims_rope=(4, 6, 6),
-    )
-    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1)
-    pipe = QwenImagePipeline(FlowMatchEulerDiscreteScheduler(), vae, None, None, transformer)
-    tok = _tokenizer(folder / "tokenizer_files", pipe.prompt_template_encode)
-    pipe.register_modules(tokenizer=tok, text_encoder=_text_encoder(len(tok), tok.eos_token_id))
-    pipe.save_pretrained(folder / "model")
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("qwen_image")
-    _save_tiny_qwen_image(folder)
-    return folder / "model"
+    return save_tiny_qwen_image(tmp_path_factory.mktemp("qwen_image"))
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +84,7 @@ def test_only_lora_is_trainable_and_gets_gradients(policy: QwenImagePolicy) -> N
     v = policy.velocity(x, torch.tensor([0.7, 0.2]), policy.encode_prompts(["a cat", "a mat"]))
     v.square().mean().backward()
     try:
-        assert all(p.grad is not None for p in lora)  # none is dead
+        assert all(p.grad is not None for p in lora)  # none is cut off
         assert any(float(p.grad.abs().sum()) > 0 for p in lora)  # lora_B (lora_A's is 0 at B=0)
         assert all(p.grad is None for p in policy.parameters() if not p.requires_grad)
     finally:
@@ -158,11 +92,41 @@ def test_only_lora_is_trainable_and_gets_gradients(policy: QwenImagePolicy) -> N
             p.grad = None
 
 
+def test_flow_grpo_targets_add_the_mlps_and_every_adapter_learns(model_dir: Path) -> None:
+    from spotlight.policies.base import FLOW_GRPO_LORA_TARGETS
+
+    policy = QwenImagePolicy.from_pretrained(
+        model_dir,
+        lora_rank=4,
+        height=SIZE,
+        width=SIZE,
+        max_sequence_length=MAX_LEN,
+        lora_targets=FLOW_GRPO_LORA_TARGETS,
+    )
+    state = policy.state_dict()
+    blocks = len(policy.transformer.transformer_blocks)
+    last = f"transformer_blocks.{blocks - 1}."
+    # 12 targets x (lora_A, lora_B) per block; not the last block's text-only ones (dead)
+    assert len(state) == (blocks * 12 - 4) * 2
+    assert any(".img_mlp.net.2." in k for k in state) and any(".txt_mlp.net.0" in k for k in state)
+    assert not any(k.startswith(last) and ".txt_mlp." in k for k in state)
+    lora = policy.trainable_parameters()
+    with torch.no_grad():  # lora_B starts at 0: give every adapter a path to the output
+        for name, p in policy.transformer.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(len(name)))
+    x = torch.randn(2, *policy.latent_shape)
+    v = policy.velocity(x, torch.tensor([0.7, 0.2]), policy.encode_prompts(["a cat", "a mat"]))
+    v.square().mean().backward()
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in lora)
+
+
 def test_state_dict_round_trips_and_changes_the_output(policy: QwenImagePolicy) -> None:
     state = policy.state_dict()
     blocks = len(policy.transformer.transformer_blocks)
-    # 8 projections x (lora_A, lora_B) per block, but the last block's to_add_out (dead)
-    assert len(state) == (blocks * 8 - 1) * 2
+    # 8 projections x (lora_A, lora_B) per block, but the last block's add_q_proj and
+    # to_add_out (dead: they only feed the text stream, discarded after the last block)
+    assert len(state) == (blocks * 8 - 2) * 2
     saved = {k: v.clone() for k, v in state.items()}
     x, t = torch.randn(1, *policy.latent_shape), torch.tensor([0.5])
     cond = policy.encode_prompts(["a cat"])
