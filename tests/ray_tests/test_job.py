@@ -142,3 +142,27 @@ def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp
     assert row["seeds_explored"] == 16
     # Trained groups are the selected ones (same weights): their std is the selected std.
     assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
+
+
+def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
+    local_ray, tmp_path_factory, tmp_path
+):
+    """qwen-image-geneval-512 as shipped but for its sizes, on tiny random Qwen-Image, Mask2Former
+    and CLIP folders: the Serve replicas load the policy, the reward deployment loads the
+    reward's models from ``reward_model``, and the run equals the reference loop's."""
+    from tiny_hf.recipes import save_tiny_models, tiny_recipe
+
+    from spotlight.controller import run_ray
+
+    cfg = tiny_recipe("qwen-image-geneval-512", save_tiny_models(tmp_path_factory.mktemp("m")))
+    run_ray(cfg, tmp_path, opts=ray_options())
+    (row,) = _rows(tmp_path)
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward, cfg.reward_model))
+    want = ref.run_iteration(0)
+    assert row["num_samples"] == want["num_samples"] == 8
+    assert row["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+    assert row["group_reward_std_mean"] == pytest.approx(want["group_reward_std_mean"], abs=1e-6)
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():
+        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)

@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny_hf.geneval_models import save_tiny_geneval_models
-from tiny_hf.got_ocr import save_tiny_ocr_model
-from tiny_hf.qwen_image import save_tiny_qwen_image
+from tiny_hf.recipes import save_tiny_models, tiny_recipe
 
 from spotlight.cli import build_parser, ray_options_from_args
 from spotlight.policies.base import FLOW_GRPO_LORA_TARGETS, LORA_TARGETS
@@ -79,34 +77,12 @@ def test_the_nft_option_is_a_valid_override():
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny-models")
-    return {
-        "qwen": save_tiny_qwen_image(root / "qwen"),
-        "ocr": save_tiny_ocr_model(root / "ocr"),
-        "geneval": save_tiny_geneval_models(root / "geneval"),
-    }
-
-
-def _tiny(name: str, folders: dict[str, Path]):
-    """The recipe with its sizes cut for a CPU test; everything else as shipped."""
-    cfg = get_recipe(name)
-    options = {**cfg.policy.options, "height": 64, "width": 64, "max_sequence_length": 128}
-    options["lora_rank"], options["lora_alpha"] = 4, 8
-    return dataclasses.replace(
-        cfg,
-        policy=dataclasses.replace(cfg.policy, checkpoint=str(folders["qwen"]), options=options),
-        reward_model=str(folders[cfg.task]),
-        grpo=dataclasses.replace(cfg.grpo, group_size=4),
-        num_iterations=1,
-        num_prompts_per_iteration=2,
-        num_val_prompts=2,
-        exploration=dataclasses.replace(cfg.exploration, mode="off"),  # the local loop's
-    )
+    return save_tiny_models(tmp_path_factory.mktemp("tiny-models"))
 
 
 @pytest.mark.parametrize("name", QWEN_RECIPES)
 def test_one_iteration_of_each_recipe_on_tiny_random_models(name, folders, tmp_path):
-    cfg = _tiny(name, folders)
+    cfg = tiny_recipe(name, folders)  # exploration off: the local loop's
     summary = run_local(cfg, tmp_path / "run", device="cpu")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["num_samples"] == 8
