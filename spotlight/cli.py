@@ -187,6 +187,7 @@ def _simulate(args: argparse.Namespace) -> int:
         "prompts_file": args.prompts_file,
         "rank_preservation": args.rank_correlation,
         "async_staleness_factor": args.async_staleness_factor,
+        "reward_draws": args.reward_draws,
     }
     learning = dataclasses.replace(learning, **{k: v for k, v in changes.items() if v is not None})
     if args.prompts_file is not None:
@@ -545,6 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="stale/fresh Spearman of explored seeds' rewards (default"
         f" {learn_defaults.rank_preservation}, measured on OCR-mini)",
+    )
+    sim.add_argument(
+        "--reward-draws",
+        choices=["beta_binomial", "empirical"],
+        help="seed rewards: a beta-binomial fit per prompt with stale/fresh draws at the rank"
+        " correlation, or the measured values resampled (capped; default"
+        f" {learn_defaults.reward_draws})",
     )
     sim.add_argument(
         "--async-staleness-factor",

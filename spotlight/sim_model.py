@@ -271,9 +271,10 @@ class LearningModel:
     more: its progress is ``contrast / baseline_contrast``, where contrast is the mean group
     reward std of the rollout computed by the real seed-selection code on reward draws from a
     measured prompt population (``per_prompt`` of an ``eval.json``: the OCR-mini v0 base
-    model's rewards for 8 seeds of each validation prompt), and stale-to-fresh rank
-    preservation shrinks what selection gains on stale weights to ``rank_preservation`` of it
-    (mean stale/fresh Spearman measured on OCR-mini, docs/benchmarks.md). With
+    model's rewards for 8 seeds of each validation prompt, each prompt fitted with a
+    beta-binomial: spotlight.sim_rewards), selection on stale rewards and training on fresh ones
+    drawn with ``rank_preservation`` as their Spearman (measured on OCR-mini,
+    docs/benchmarks.md). With
     ``contrast_exponent`` k the progress is ``(contrast / baseline_contrast) ** k``. Reward moves
     linearly with progress from ``initial`` to ``target``.
     """
@@ -288,6 +289,12 @@ class LearningModel:
     proportionality). Measured: :func:`fit_contrast_exponent` on the tiny-brightness exploration
     runs, ``docs/bench/exploration-brightness.json`` (3 modes x 3 seeds that reached the target:
     k = 0.783), the only task whose RL reaches a target on the CPU so far."""
+    reward_draws: str = "beta_binomial"
+    """How seed rewards are drawn from ``prompts_file``: 'beta_binomial' (a fit per prompt,
+    stale and fresh rewards with ``rank_preservation`` as their Spearman; spotlight.sim_rewards)
+    or 'empirical' (the measured values resampled, the selection's gain shrunk linearly by
+    ``rank_preservation``: the model before the fit, whose best group std is capped at half a
+    prompt's measured range)."""
     async_staleness_factor: float = 1.0
     """Progress of an iteration trained on a one-step-stale rollout (``async_one_step``) relative
     to the same rollout on-policy: progress is multiplied by this. An **assumption**, not a

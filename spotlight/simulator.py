@@ -47,6 +47,7 @@ from spotlight.costs import Ledger, PriceTable
 from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
 from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
+from spotlight.sim_rewards import Rewards
 from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
 from spotlight.work_queue import (
@@ -141,12 +142,12 @@ def update_s(sc: Scenario, costs: StepCosts, gpus: int) -> float:
     )
 
 
-class Rewards:
-    """Seed rewards drawn from a measured prompt population (a shipped ``eval.json``).
-
-    Draws are common random numbers: seed ``k`` of prompt ``p`` at iteration ``it`` has the same
-    reward in every simulated system, so systems differ only by which seeds they explore and
-    keep, not by luck."""
+class EmpiricalRewards:
+    """The measured rewards resampled (``LearningModel.reward_draws = "empirical"``): seed ``k``
+    of prompt ``p`` at iteration ``it`` draws one of the prompt's measured values. Kept to
+    compare with the fitted draws (spotlight.sim_rewards): it caps the best group's std at half
+    the prompt's measured range, and it has no stale rewards (the selection's gain is shrunk
+    linearly by the rank correlation instead). Common random numbers, as there."""
 
     def __init__(self, eval_file: str | Path, seed: int):
         path = Path(eval_file)
@@ -196,7 +197,11 @@ class Simulation:
         self.oh = scenario.overheads
         self.learning = learning or LearningModel()
         self.rng = random.Random(seed)
-        self.rewards = Rewards(self.learning.prompts_file, seed)
+        lm = self.learning
+        if lm.reward_draws == "empirical":
+            self.rewards = EmpiricalRewards(lm.prompts_file, seed)
+        else:
+            self.rewards = Rewards(lm.prompts_file, seed, lm.rank_preservation, EVALS)
         self.baseline_contrast = self.rewards.expected_random_std(scenario.group_size)
         self.ledger = Ledger(prices or PriceTable())
         self.t = 0.0
@@ -663,20 +668,28 @@ class Simulation:
         )
 
     def _contrast(self, it: int, batch: list[int], explored: dict[int, int], fresh: bool) -> float:
-        """Mean group reward std of this rollout (see LearningModel)."""
+        """Mean group reward std of this rollout (see LearningModel): a prompt explored with at
+        least 2G seeds trains on the max-variance G of them, chosen on its stale rewards
+        (``fresh``: on the current weights, the critical path) and scored by its fresh ones."""
         G = self.sc.group_size
-        rho = 1.0 if fresh else self.learning.rank_preservation
         stds = []
         for p in batch:
             n = explored.get(p, 0)
-            if n >= 2 * G:
+            if n < 2 * G:
+                draws = self.rewards.draw(it, p, G)
+                self.planner.note_rollout(str(p), draws)
+                stds.append(statistics.pstdev(draws))
+            elif isinstance(self.rewards, EmpiricalRewards):
                 draws = self.rewards.draw(it, p, n)
+                rho = 1.0 if fresh else self.learning.rank_preservation
                 random_std = statistics.pstdev(draws[:G])
                 sel = statistics.pstdev([draws[i] for i in max_variance_subset(draws, G)])
                 self.planner.observe(str(p), draws)
                 stds.append(random_std + rho * (sel - random_std))
             else:
-                draws = self.rewards.draw(it, p, G)
-                self.planner.note_rollout(str(p), draws)
-                stds.append(statistics.pstdev(draws))
+                stale, now = self.rewards.draw_pair(it, p, n)
+                seen = now if fresh else stale
+                chosen = max_variance_subset(seen, G)
+                self.planner.observe(str(p), seen)
+                stds.append(statistics.pstdev([now[i] for i in chosen]))
         return statistics.fmean(stds)
