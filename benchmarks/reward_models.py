@@ -24,11 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tiny_hf.geneval_models import save_tiny_geneval_models  # noqa: E402
-from tiny_hf.got_ocr import save_tiny_ocr_model  # noqa: E402
+from tiny_hf.geneval_models import save_tiny_geneval_models
+from tiny_hf.got_ocr import save_tiny_ocr_model
 
-from spotlight.rewards import build_reward  # noqa: E402
-from spotlight.tasks import get_task  # noqa: E402
+from spotlight.rewards import build_reward
+from spotlight.tasks import get_task
 
 
 def _time(reward, images: np.ndarray, prompts: list[str], repeats: int) -> dict[str, float]:

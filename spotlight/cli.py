@@ -205,8 +205,24 @@ def _simulate(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--async-staleness-factor must be in (0, 1], got {args.async_staleness_factor}"
         )
+    scenario = args.scenario
+    if args.explore_candidates is not None or args.explore_budget is not None:
+        from spotlight.sim_model import SCENARIOS
+
+        base = SCENARIOS[args.scenario]
+        if args.explore_candidates is not None and args.explore_candidates < 2 * base.group_size:
+            raise ValueError(
+                f"--explore-candidates must be >= 2 x group size ({2 * base.group_size})"
+            )
+        if args.explore_budget is not None and args.explore_budget < 0:
+            raise ValueError(f"--explore-budget must be >= 0, got {args.explore_budget}")
+        scenario = dataclasses.replace(
+            base,
+            explore_candidates=args.explore_candidates or base.explore_candidates,
+            explore_budget=args.explore_budget,
+        )
     simulate(
-        args.scenario,
+        scenario,
         args.trace,
         Path(args.out),
         systems=args.systems,
@@ -546,6 +562,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="stale/fresh Spearman of explored seeds' rewards (default"
         f" {learn_defaults.rank_preservation}, measured on OCR-mini)",
+    )
+    sim.add_argument(
+        "--explore-candidates",
+        type=int,
+        help="most seeds Spotlight explores per prompt (default: the scenario's, 2 x group)",
+    )
+    sim.add_argument(
+        "--explore-budget",
+        type=int,
+        help="most seeds explored per iteration (default: what the update's time allows); below"
+        " prompts x candidates, the planner chooses which prompts get them",
     )
     sim.add_argument(
         "--reward-draws",

@@ -116,6 +116,10 @@ class Scenario:
     commit_every: int = 4
     explore_candidates: int = 32
     """Most seeds explored per prompt (the job's ``max_candidates``)."""
+    explore_budget: int | None = None
+    """Most seeds explored per iteration (the job's ``max_seeds_per_iteration``); None: what the
+    update's time at the measured throughput allows. Set below ``prompts_per_iteration x
+    explore_candidates`` to make the planner choose which prompts to explore."""
     critical_candidates: int = 32
     """Best-of-N for the critical-path baseline (N candidates per prompt, best G trained)."""
     overheads: Overheads = field(default_factory=Overheads)

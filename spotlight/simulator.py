@@ -616,7 +616,8 @@ class Simulation:
                     self._sample(self._items(Kind.ROLLOUT, it + 1, P * G))
                 self._sample([], deadline=t_train_end)
             elif self.sys.exploration == "spot":
-                budget = exploration_budget(train_s, self._rate or 0.0, 10**9)
+                cap = sc.explore_budget if sc.explore_budget is not None else 10**9
+                budget = exploration_budget(train_s, self._rate or 0.0, cap)
                 names = [str(p) for p in next_prompts]
                 plan = self.planner.plan(names, budget)
                 want = {p: plan[str(p)] for p in next_prompts if plan[str(p)] > 0}

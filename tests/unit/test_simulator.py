@@ -457,3 +457,19 @@ def test_trace_windows_run_spot_systems_from_several_starts_and_report_the_media
     assert "Trace windows: 3 starts" in (tmp_path / "w" / "report.md").read_text()
     with pytest.raises(ValueError, match="trace_windows"):
         simulate("small", None, tmp_path / "x", systems=names, trace_windows=0)
+
+
+def test_an_exploration_budget_below_the_candidates_makes_the_planner_choose():
+    sc = dataclasses.replace(SMALL, max_hours=1.0)
+    trace = load_trace(SMALL.trace)
+
+    def contrasts(system: str, budget: int | None) -> list[float]:
+        s = dataclasses.replace(sc, explore_budget=budget)
+        return [row["contrast"] for row in Simulation(s, SYSTEMS[system], trace).run().timeline]
+
+    plain = contrasts("spot_grpo", None)
+    assert contrasts("spotlight", 0) == plain  # no budget: nothing explored, plain rollouts
+    full = contrasts("spotlight", None)
+    one_prompt = contrasts("spotlight", sc.explore_candidates)  # one prompt's candidates
+    assert full != plain and one_prompt not in (plain, full)
+    assert sum(one_prompt) / len(one_prompt) < sum(full) / len(full)
