@@ -86,6 +86,7 @@ def ray_options_from_args(args: argparse.Namespace, recipe: str | None = None):
         sp_degree=sp_degree,
         sp_workers=args.sp_workers,
         reward_gpus=args.reward_gpus,
+        trainer_samples=args.trainer_samples,
     )
 
 
@@ -349,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="local folder of the reward's model (ocr-model: GOT-OCR 2.0; geneval-model: a folder"
         " with mask2former/ and clip/; clip: CLIP); default: the reward's own (docs/cluster.md)",
+    )
+    train.add_argument(
+        "--trainer-samples",
+        action="store_true",
+        help="the trainer workers sample rollout items while they wait for the rollout (GPU"
+        " clusters: the rollout gets the trainer's GPUs too; docs/simulator.md)",
     )
     train.add_argument(
         "--reward-gpus",

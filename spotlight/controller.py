@@ -152,6 +152,11 @@ class RayOptions:
     ``sp_degree`` that share its items (e.g. all 8 GPUs of a node at SP 4: two groups, and
     after a loss 4 + 3 for Qwen-Image's 24 heads). Default: ``sp_degree`` (one group)."""
 
+    trainer_samples: bool = False
+    """The Ray Train workers sample the rollout's items while they wait for it (their GPUs idle
+    then; spotlight/trainer_sampling.py). On a GPU cluster the rollout gets the trainer's GPUs
+    too, at no extra cost: docs/simulator.md measures it on spot traces. Off by default: on one
+    CPU machine the trainer's cores are the replicas' cores."""
     reward_gpus: float | None = None
     """GPUs of the reward deployment. None: one for a model reward (``MODEL_REWARDS``: an OCR
     model, GenEval's detector and CLIP) on a CUDA device, else none."""
@@ -482,6 +487,9 @@ class Controller:
                 "threads": opts.trainer_threads,
                 "device": opts.device,
                 "batch_timeout_s": opts.item_timeout_s,
+                "trainer_samples": opts.trainer_samples,
+                "sampler_threads": opts.threads_per_worker,
+                "commit_every": opts.commit_every,
             },
             scaling_config=ScalingConfig(
                 num_workers=opts.num_train_workers, use_gpu=gpu, resources_per_worker=per_worker
@@ -514,7 +522,8 @@ class Controller:
         stats = self._queue_call("stats")
         self.queue_stats = stats
         for pool, n in stats["workers_by_pool"].items():
-            self.ledger.hold(pool, n, dt)
+            if pool != Pool.TRAINER:  # trainer workers: held below, as the trainer
+                self.ledger.hold(pool, n, dt)
         if self._trainer_thread is not None and self._trainer_thread.is_alive():
             self.ledger.hold(Pool.ON_DEMAND, self.opts.num_train_workers, dt)
         if self._trainer_error is not None:

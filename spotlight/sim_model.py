@@ -209,6 +209,10 @@ class System:
     """Colocated only: 'trainer' (the scenario's on-demand trainer GPUs, Spotlight's on-demand
     count) or 'total' (trainer + sampler GPUs: Spotlight's GPUs at full spot capacity, its
     on-demand fallback left out since it runs only while spot capacity is gone)."""
+    trainer_samples: bool = False
+    """Separate pools only: the trainer GPUs, idle while the rollout runs, sample rollout items
+    too (they hold the fresh weights: no broadcast wait), from the rollout's start to its end;
+    they are on-demand GPUs held anyway, so the rollout costs no more."""
     trainer_share: float | None = None
     """On-demand separate pools only: split the same trainer + sampler GPUs as ``share`` trainers
     and the rest samplers (None: the scenario's split). The ``*_split`` systems use 2/3, the
@@ -258,6 +262,7 @@ SYSTEMS: dict[str, System] = {
         System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=2 / 3),
         System("spot_grpo", "spot"),
         System("spotlight", "spot", exploration="spot"),
+        System("spotlight_trainer_samples", "spot", exploration="spot", trainer_samples=True),
         System("ablation_uniform_planner", "spot", exploration="spot", uniform_planner=True),
         System("ablation_sp_restart", "spot", exploration="spot", sp_recovery="restart"),
         System("ablation_push", "spot", exploration="spot", dispatch="push"),

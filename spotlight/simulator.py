@@ -76,6 +76,9 @@ class _Group:
     """Got a notice: takes no more work."""
     queue: list[WorkItem] = field(default_factory=list)
     """Push dispatch: the items assigned to this group."""
+    trainer: bool = False
+    """Trainer GPUs sampling the rollout (``System.trainer_samples``): held anyway (not counted
+    again), pull rollout items without waiting, never preempted."""
 
 
 @dataclass
@@ -236,6 +239,7 @@ class Simulation:
             scenario.group_size,
         )
         self._rate: float | None = None  # measured sampling throughput, samples/s
+        self._trainer_sampled = 0  # rollout samples the trainer GPUs took (trainer_samples)
         self._fallback: list[int] = []
         self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
         self.colocated = system.pipeline == "colocated"
@@ -284,7 +288,9 @@ class Simulation:
             raise AssertionError(f"time going backwards: {self.t} -> {to}")
         self.ledger.hold(Pool.SPOT, self.spot_capacity, dt)
         od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
-        od += sum(g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND)
+        od += sum(
+            g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND and not g.trainer
+        )
         self.ledger.hold(Pool.ON_DEMAND, od, dt)
         self.t = to
 
@@ -409,7 +415,9 @@ class Simulation:
                 item = g.queue.pop(0)
                 start_step = 0
             else:
-                got = self.queue.pull(f"g{g.gid}", 1, self.t, pool=g.pool)
+                # trainer GPUs take rollout items as spot replicas do (no spill wait)
+                pool = Pool.SPOT if g.trainer else g.pool
+                got = self.queue.pull(f"g{g.gid}", 1, self.t, pool=pool)
                 if not got:
                     continue
                 item = got[0]
@@ -466,6 +474,8 @@ class Simulation:
                 if g is None or g.item is None or g.item.item_id != item_id:
                     continue  # the group was broken meanwhile
                 self.ledger.busy(g.pool, (self.t - g.started) * g.size)
+                if g.trainer:
+                    self._trainer_sampled += self.sc.batch_size
                 g.item = None
                 if self.sys.dispatch == "push" or self.queue.complete(
                     ItemResult(item_id, f"g{gid}", g.pool, [])
@@ -562,6 +572,25 @@ class Simulation:
                 raise AssertionError("fallback group released with an item in hand")
         self._fallback = []
 
+    def _trainer_joins(self) -> list[int]:
+        """``System.trainer_samples``: the trainer GPUs form sampling groups for the rollout."""
+        if not self.sys.trainer_samples or self.sys.pipeline != "separate":
+            return []
+        gids = []
+        for size in form_groups(self.trainer_gpus, self.sc.sp_degree, self.sc.valid_degrees):
+            g = self._add_group(size, Pool.ON_DEMAND, self.t)
+            g.trainer, g.version = True, self.version  # they hold the fresh weights
+            gids.append(g.gid)
+        return gids
+
+    def _trainer_leaves(self, gids: list[int]) -> None:
+        """The rollout is done: the trainer GPUs go back to training (they hold no item: the
+        rollout's items are all done)."""
+        for gid in gids:
+            g = self.groups.pop(gid)
+            if g.item is not None:
+                raise AssertionError("trainer group left the rollout with an item in hand")
+
     def _items(self, kind: str, it: int, samples: int) -> list[WorkItem]:
         n = self.sc.batch_size
         return [
@@ -594,14 +623,18 @@ class Simulation:
                 self._sample(self._items(Kind.ROLLOUT, it, P * n))
                 contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
             else:
+                joined = self._trainer_joins()
+                self._trainer_sampled = 0
                 self._sample(self._items(Kind.ROLLOUT, it, P * G))
+                self._trainer_leaves(joined)
                 contrast = self._contrast(it, batch, explored, fresh=False)
             sample_s = self.t - t0
             if sample_s > 0:
                 samples = P * (
                     sc.critical_candidates if self.sys.exploration == "critical_path" else G
                 )
-                self._rate = samples / sample_s
+                # the samplers' own throughput: what can explore during the update
+                self._rate = (samples - self._trainer_sampled) / sample_s
             # the update; Spotlight explores the next prompts meanwhile, a one-step-stale
             # pipeline samples the next rollout, a colocated system's samplers are training
             t_train_end = self.t + train_s

@@ -144,11 +144,25 @@ def train_loop(config: dict[str, Any]) -> None:
         publish_weights(actors.broadcast, version, start, policy_bytes(policy))
     sync = _allreduce_mean if world > 1 else None
 
+    sampler = None
+    if config.get("trainer_samples"):  # sample rollout items while waiting for the batch
+        from spotlight.trainer_sampling import TrainerSampler
+
+        sampler = TrainerSampler(
+            policy,
+            cfg.sampler,
+            f"trainer-{rank}",
+            config.get("sampler_threads", 1),
+            config["threads"],
+            config.get("commit_every", 0),
+        )
     last_post = None
     for it in range(start, cfg.num_iterations):
-        (batch_ref,) = _wait_mailbox(
-            actors.queue, train_batch_key(it), config["batch_timeout_s"], last_post
-        )
+        key, timeout = train_batch_key(it), config["batch_timeout_s"]
+        if sampler is not None:
+            (batch_ref,) = sampler.wait(actors.queue, key, version, timeout, last_post)
+        else:
+            (batch_ref,) = _wait_mailbox(actors.queue, key, timeout, last_post)
         batch = ray.get(batch_ref)
         if batch.get("stop"):  # the run ended before num_iterations
             break

@@ -56,6 +56,9 @@ class Pool(StrEnum):
 
     SPOT = "spot"
     ON_DEMAND = "on_demand"
+    TRAINER = "trainer"
+    """A Ray Train worker sampling rollout items while it waits (``RayOptions.trainer_samples``):
+    on-demand GPUs already held for training, taking rollout items at once (no spill wait)."""
 
 
 KIND_PRIORITY = {Kind.ROLLOUT: 0, Kind.VAL: 1, Kind.EXPLORE: 2}

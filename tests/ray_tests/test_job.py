@@ -166,3 +166,26 @@ def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+
+
+def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, tmp_path):
+    """With ``trainer_samples`` the Ray Train worker takes rollout items while it waits for the
+    rollout: some items come from it, and the run still equals the reference loop (the same
+    bits whoever samples a seed)."""
+    import dataclasses
+
+    from spotlight.controller import run_ray
+
+    cfg = smoke(iterations=2)
+    cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
+    run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
+    rows = _rows(tmp_path)
+    assert any(r["replicas"].get("trainer", 0) == 1 for r in rows)  # it pulled as the trainer
+    assert all(r["items_lost"] == 0 and r["duplicates_ignored"] == 0 for r in rows)
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
+        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():
+        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)

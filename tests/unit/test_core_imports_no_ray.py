@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY_SHELL = {
     "spotlight/controller.py",
     "spotlight/trainer.py",
+    "spotlight/trainer_sampling.py",
     "spotlight/local_cluster.py",
     "spotlight/ray_logs.py",
 }

@@ -1,0 +1,133 @@
+"""The trainer's GPUs sample rollout items while they wait for the rollout (``trainer_samples``).
+
+A Ray Train worker idles from the end of one update to the moment the controller posts the
+next training batch, which is exactly while the rollout runs. With ``RayOptions.trainer_samples``
+each worker spends that wait pulling the rollout's items from the request queue, as a sampler
+replica does: it holds the fresh weights already (the version it just published), samples the
+item's seeds, commits its state every ``commit_every`` steps, has the reward deployment score
+the images and completes the item. It pulls as pool ``trainer``: rollout items only, at once
+(no spill wait), and the controller does not bill its GPUs twice (they are on-demand GPUs held
+for the whole run). The simulator measured what this is worth on spot traces
+(``System.trainer_samples``, docs/simulator.md).
+
+Sampling here is the replicas' code path (``spotlight.sampler``) with the replicas' torch
+thread count, so a sample's bits do not depend on who drew it (the seed contract).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+
+from spotlight.work_queue import ItemCheckpoint, ItemResult, Kind, Pool
+
+MAILBOX_POLL_S = 0.5
+"""How long one wait for an item lasts before the worker looks for its training batch again."""
+
+
+@dataclass
+class TrainerSampler:
+    """Samples rollout items of ``version`` on the trainer worker's policy."""
+
+    policy: Any
+    sampler: Any
+    """The run's SamplerConfig."""
+    worker_id: str
+    threads: int
+    """torch threads while sampling: the sampler replicas' (bitwise-equal samples)."""
+    train_threads: int
+    commit_every: int
+    reward: Any = None
+    """The reward deployment's handle (looked up on first use)."""
+    items: int = 0
+    samples: int = 0
+    busy_s: float = 0.0
+
+    def _reward_handle(self):
+        if self.reward is None:
+            from ray import serve
+
+            self.reward = serve.get_deployment_handle("RewardScorer", app_name=APP_NAME)
+        return self.reward
+
+    def wait(self, queue, key: str, version: int, timeout_s: float, repost=None) -> Any:
+        """The value posted under ``key``; meanwhile sample the rollout items of ``version``
+        that the queue has (``repost`` as in ``trainer._wait_mailbox``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = ray.get(queue.wait_post.remote(key, 0.0))
+            if value is not None:
+                return value
+            # long-poll for an item (so the trainer takes its share as soon as the rollout is
+            # submitted), then look at the mailbox again
+            pull = queue.pull.remote(
+                self.worker_id, 1, [Kind.ROLLOUT], Pool.TRAINER, MAILBOX_POLL_S
+            )
+            for item in ray.get(pull):
+                if item.weights_version != version:  # not ours to sample: hand it back
+                    ray.get(queue.release.remote(self.worker_id))
+                    continue
+                ray.get(queue.complete.remote(self.sample(queue, item)))
+            if repost is not None:
+                now = ray.get(queue.incarnation.remote())
+                if now != repost[0]:
+                    ray.get(queue.post.remote(repost[1], repost[2]))
+                    repost = (now, repost[1], repost[2])
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s"
+                )
+
+    def sample(self, queue, item) -> ItemResult:
+        """Sample ``item`` (from its checkpoint, if it has one) and score it."""
+        from spotlight.sampler import Trajectory, advance, start_trajectory
+
+        t0 = time.perf_counter()
+        torch.set_num_threads(self.threads)
+        try:
+            if item.resume is not None:
+                trajs = [Trajectory.from_bytes(b) for b in item.resume.trajectories]
+            else:
+                trajs = [
+                    start_trajectory(
+                        p, s, self.policy.latent_shape, self.sampler, item.weights_version
+                    )
+                    for p, s in zip(item.prompts, item.seeds, strict=True)
+                ]
+            start_step = trajs[0].step
+            with torch.no_grad():
+                cond = self.policy.encode_prompts(list(item.prompts))
+                while not trajs[0].done:
+                    advance(self.policy, trajs, 1, cond)
+                    step = trajs[0].step
+                    if self.commit_every and step % self.commit_every == 0 and not trajs[0].done:
+                        state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
+                        ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
+                images = self.policy.decode(torch.stack([tr.latents for tr in trajs]))
+        finally:
+            torch.set_num_threads(self.train_threads)
+        rewards = self._reward_handle().remote(images, list(item.prompts)).result()
+        busy = time.perf_counter() - t0
+        self.items += 1
+        self.samples += len(trajs)
+        self.busy_s += busy
+        return ItemResult(
+            item_id=item.item_id,
+            worker_id=self.worker_id,
+            pool=Pool.ON_DEMAND,
+            rewards=[float(r) for r in rewards],
+            trajectories=[tr.to_bytes() for tr in trajs],
+            busy_s=busy,
+            resumed_from_step=start_step,
+            sp_degree=1,
+            weights_load_s=0.0,
+        )
+
+
+APP_NAME = "spotlight"
+"""The Serve application of the job (``controller.APP_NAME``; here to keep the trainer's
+imports free of the driver's module)."""
