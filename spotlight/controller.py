@@ -208,6 +208,11 @@ class RayOptions:
             load_trace(self.spot_trace)  # a missing or malformed trace fails before Ray starts
 
 
+def _ledger_pool(pool: str) -> str:
+    """The ledger's pool of an item's result: the trainer's GPUs are on-demand ones."""
+    return Pool.ON_DEMAND if pool == Pool.TRAINER else pool
+
+
 def local_resources(opts: RayOptions) -> dict[str, float]:
     """Virtual resources of the embedded local Ray (the roles of cluster.yaml's node types)."""
     from spotlight.actors import names
@@ -658,8 +663,24 @@ class Controller:
                 self._outstanding.pop(i, None)
         ray.get(q.forget.remote(ids))
         for r in done.values():
-            self.ledger.busy(r.pool, r.busy_s)
+            self.ledger.busy(_ledger_pool(r.pool), r.busy_s)
         return done
+
+    def _samplers_rate(self, results, samples: int, sample_s: float) -> float | None:
+        """The sampler replicas' throughput (samples/s) in this rollout: what can explore
+        during the update. With the trainer sampling too, the rollout's own rate would count
+        the trainer's GPUs, so the replicas' per-item rate times their number is used."""
+        if not samples:
+            return None
+        if not self.opts.trainer_samples:
+            return samples / max(1e-6, sample_s)
+        mine = [r for r in results if r.pool != Pool.TRAINER]
+        busy = sum(r.busy_s for r in mine)
+        pools = (self.queue_stats or {}).get("workers_by_pool", {})
+        replicas = sum(n for p, n in pools.items() if p != Pool.TRAINER)
+        if busy <= 0 or replicas == 0:
+            return None  # the trainer took every item: keep the last estimate
+        return sum(len(r.rewards) for r in mine) / busy * replicas
 
     # -- One iteration -------------------------------------------------------------------
     def iteration(self, it: int, version: int) -> dict[str, Any]:
@@ -717,8 +738,9 @@ class Controller:
         advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg, it)
         t1 = time.perf_counter()
         sample_s = self._last_sample_s = t1 - t0
-        if rolled_r:
-            self._rate = _ema(self._rate, len(rolled_r) / max(1e-6, sample_s))
+        rate = self._samplers_rate(results.values(), len(rolled_r), sample_s)
+        if rate is not None:
+            self._rate = _ema(self._rate, rate)
         batch = {
             "trajectories": trajectories,
             "advantages": advantages.flatten().tolist(),
@@ -838,7 +860,7 @@ class Controller:
         results = ray.get(q.results.remote(ids))
         ray.get(q.drop.remote(ids))
         for r in results.values():
-            self.ledger.busy(r.pool, r.busy_s)
+            self.ledger.busy(_ledger_pool(r.pool), r.busy_s)
         sel = select_groups(
             exp,
             results,

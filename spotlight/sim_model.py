@@ -15,6 +15,7 @@ report repeats the distinction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -250,6 +251,19 @@ class System:
         return sc.trainer_gpus + sc.sampler_gpus
 
 
+def _spotlight() -> list[System]:
+    """Spotlight (spot samplers, exploration during the update, the trainer GPUs sampling the
+    rollout), and its ablations: Spotlight with one part changed."""
+    spotlight = System("spotlight", "spot", exploration="spot", trainer_samples=True)
+    return [
+        spotlight,
+        dataclasses.replace(spotlight, name="ablation_no_trainer_samples", trainer_samples=False),
+        dataclasses.replace(spotlight, name="ablation_uniform_planner", uniform_planner=True),
+        dataclasses.replace(spotlight, name="ablation_sp_restart", sp_recovery="restart"),
+        dataclasses.replace(spotlight, name="ablation_push", dispatch="push"),
+    ]
+
+
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in [
@@ -261,11 +275,7 @@ SYSTEMS: dict[str, System] = {
         System("on_demand_grpo_split", "on_demand", trainer_share=2 / 3),
         System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=2 / 3),
         System("spot_grpo", "spot"),
-        System("spotlight", "spot", exploration="spot"),
-        System("spotlight_trainer_samples", "spot", exploration="spot", trainer_samples=True),
-        System("ablation_uniform_planner", "spot", exploration="spot", uniform_planner=True),
-        System("ablation_sp_restart", "spot", exploration="spot", sp_recovery="restart"),
-        System("ablation_push", "spot", exploration="spot", dispatch="push"),
+        *_spotlight(),
     ]
 }
 

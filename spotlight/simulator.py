@@ -239,7 +239,6 @@ class Simulation:
             scenario.group_size,
         )
         self._rate: float | None = None  # measured sampling throughput, samples/s
-        self._trainer_sampled = 0  # rollout samples the trainer GPUs took (trainer_samples)
         self._fallback: list[int] = []
         self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
         self.colocated = system.pipeline == "colocated"
@@ -474,8 +473,6 @@ class Simulation:
                 if g is None or g.item is None or g.item.item_id != item_id:
                     continue  # the group was broken meanwhile
                 self.ledger.busy(g.pool, (self.t - g.started) * g.size)
-                if g.trainer:
-                    self._trainer_sampled += self.sc.batch_size
                 g.item = None
                 if self.sys.dispatch == "push" or self.queue.complete(
                     ItemResult(item_id, f"g{gid}", g.pool, [])
@@ -572,6 +569,16 @@ class Simulation:
                 raise AssertionError("fallback group released with an item in hand")
         self._fallback = []
 
+    def _samplers_rate(self) -> float:
+        """Samples/s the sampler groups up now can do (the controller's estimate with
+        ``trainer_samples``: the replicas' per-item rate times their number)."""
+        sc = self.sc
+        return sum(
+            sc.batch_size / (sc.num_steps * self._step_s(g))
+            for g in self.groups.values()
+            if not g.trainer and not g.leaving and g.ready_at <= self.t
+        )
+
     def _trainer_joins(self) -> list[int]:
         """``System.trainer_samples``: the trainer GPUs form sampling groups for the rollout."""
         if not self.sys.trainer_samples or self.sys.pipeline != "separate":
@@ -624,7 +631,6 @@ class Simulation:
                 contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
             else:
                 joined = self._trainer_joins()
-                self._trainer_sampled = 0
                 self._sample(self._items(Kind.ROLLOUT, it, P * G))
                 self._trainer_leaves(joined)
                 contrast = self._contrast(it, batch, explored, fresh=False)
@@ -633,8 +639,10 @@ class Simulation:
                 samples = P * (
                     sc.critical_candidates if self.sys.exploration == "critical_path" else G
                 )
-                # the samplers' own throughput: what can explore during the update
-                self._rate = (samples - self._trainer_sampled) / sample_s
+                if self.sys.trainer_samples:  # the samplers' own rate: what explores later
+                    self._rate = self._samplers_rate() or self._rate
+                else:
+                    self._rate = samples / sample_s
             # the update; Spotlight explores the next prompts meanwhile, a one-step-stale
             # pipeline samples the next rollout, a colocated system's samplers are training
             t_train_end = self.t + train_s

@@ -6,9 +6,10 @@ each worker spends that wait pulling the rollout's items from the request queue,
 replica does: it holds the fresh weights already (the version it just published), samples the
 item's seeds, commits its state every ``commit_every`` steps, has the reward deployment score
 the images and completes the item. It pulls as pool ``trainer``: rollout items only, at once
-(no spill wait), and the controller does not bill its GPUs twice (they are on-demand GPUs held
-for the whole run). The simulator measured what this is worth on spot traces
-(``System.trainer_samples``, docs/simulator.md).
+(no spill wait); the controller does not bill its GPUs twice (they are on-demand GPUs held for
+the whole run: its busy time counts as on-demand) and leaves its samples out of the samplers'
+measured throughput, which sizes the exploration budget. The simulator measures what this is
+worth on spot traces (``System.trainer_samples``, docs/simulator.md).
 
 Sampling here is the replicas' code path (``spotlight.sampler``) with the replicas' torch
 thread count, so a sample's bits do not depend on who drew it (the seed contract).
@@ -118,7 +119,7 @@ class TrainerSampler:
         return ItemResult(
             item_id=item.item_id,
             worker_id=self.worker_id,
-            pool=Pool.ON_DEMAND,
+            pool=Pool.TRAINER,
             rewards=[float(r) for r in rewards],
             trajectories=[tr.to_bytes() for tr in trajs],
             busy_s=busy,
