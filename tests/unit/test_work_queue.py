@@ -249,3 +249,19 @@ def test_notices_count_each_worker_once():
     q.release("w", notice=True)
     q.release("v")
     assert q.stats()["notices"] == 1
+
+
+def test_trainer_workers_take_rollout_items_at_once_and_are_not_spot_capacity():
+    from spotlight.work_queue import Kind, Pool
+
+    q = WorkQueue(spill=SpillPolicy("after_wait", wait_s=30.0))
+    q.submit([item(0), item(1), item(2, "explore")], now=0.0)
+    q.pull("spot", 0, now=0.0)  # a spot replica is alive: on-demand ones must wait
+    assert q.pull("od", 1, now=1.0, pool=Pool.ON_DEMAND) == []
+    got = q.pull("trainer-0", 5, now=1.0, kinds=[Kind.ROLLOUT], pool=Pool.TRAINER)
+    assert [it.item_id for it in got] == ["rollout-0", "rollout-1"]  # at once, rollout only
+    assert q.workers(now=1.0, within_s=5.0) == {"spot": 1, "on_demand": 1, "trainer": 1}
+    # a trainer's pulls are no sign of spot capacity: the spill clock still runs from t=0
+    q.submit([item(3)], now=40.0)
+    q.pull("trainer-0", 0, now=40.0, kinds=[Kind.ROLLOUT], pool=Pool.TRAINER)
+    assert len(q.pull("od", 1, now=40.0, pool=Pool.ON_DEMAND)) == 1
