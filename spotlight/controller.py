@@ -53,6 +53,7 @@ from spotlight.loop import (
 from spotlight.polling import poll_until
 from spotlight.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.ray_logs import RayLogRoute
+from spotlight.rollout import RolloutPlan, chunks, plan_rollout
 from spotlight.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
@@ -684,74 +685,99 @@ class Controller:
 
     # -- One iteration -------------------------------------------------------------------
     def iteration(self, it: int, version: int) -> dict[str, Any]:
-        """One iteration (see the module docstring), with seed exploration when configured."""
-        import ray
-        import torch
-
-        from spotlight.exploration import rank_preservation
-        from spotlight.trainer import train_batch_key, update_key
-
-        cfg = self.cfg
-        group = cfg.grpo.group_size
-        mode = cfg.exploration.mode
+        """One iteration: the five steps of docs/design.md as named calls (the module docstring
+        has the messages they exchange with the replicas and the trainer)."""
         t0 = time.perf_counter()
-        self.wait_version(version)
-        prompts, seeds = iteration_batch(cfg, self.train_prompts, it)
-        unique = prompts[::group]
-        extra: dict[str, Any] = {}
-        selection = None
+        self.wait_version(version)  # the weights v_t are published
+        prompts, seeds = iteration_batch(self.cfg, self.train_prompts, it)
+        selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
+        plan = plan_rollout(  # 1. the batch, with exploration's seeds in place
+            prompts,
+            seeds,
+            self.cfg.grpo.group_size,
+            selection.seeds if selection is not None else None,
+            set(selection.trajectories) if selection is not None else set(),
+        )
+        results, rewards, trajectories = self._rollout(plan, selection, it, version)  # 2.
+        advantages, group_stats = self._advantages(plan, rewards, selection, extra, it)
+        t1 = time.perf_counter()
+        sample_s = self._last_sample_s = t1 - t0
+        rate = self._samplers_rate(results.values(), len(plan.to_sample), sample_s)
+        if rate is not None:
+            self._rate = _ema(self._rate, rate)
+        self._post_batch(it, trajectories, advantages)  # 3. the trainer trains on it
+        exploration = self._explore_next(it, version)  # 4. exploration meanwhile
+        update = self._await_update(it, exploration)  # 5. the next weights
+        return self._metrics(it, update, group_stats, len(trajectories), results, extra, t1)
+
+    def _seeds_chosen(self, it: int, version: int, unique: list[str]):
+        """Step 1's seeds: the critical path explores now; spot exploration chose them during
+        the last update; otherwise none (random seeds). Returns (selection or None, metrics)."""
+        mode = self.cfg.exploration.mode
+        selection, extra = None, {}
         if mode == "critical_path":  # explore with the fresh weights, then use the best
-            budget = self._budget()
-            selection, extra = self._explore_now(it, version, unique, budget)
+            selection, extra = self._explore_now(it, version, unique, self._budget())
         elif mode == "spot" and self.next_selection is not None:
             selection, extra = self.next_selection, dict(self.next_explore_metrics)
         self.next_selection, self.next_explore_metrics = None, {}
-        chosen = selection.seeds if selection is not None else {}
-        reuse = selection.trajectories if selection is not None else {}
-        for b, prompt in enumerate(unique):
-            if prompt in chosen:
-                seeds[b * group : (b + 1) * group] = chosen[prompt]
-        # Sample what is not already sampled (critical-path selections are on these weights).
-        todo = [b for b, p in enumerate(unique) if p not in reuse]
-        flat = [(prompts[b * group + j], seeds[b * group + j]) for b in todo for j in range(group)]
-        items = self._chunk_items(flat, f"r{it}-v{version}", Kind.ROLLOUT, it, version)
+        return selection, extra
+
+    def _rollout(self, plan: RolloutPlan, selection, it: int, version: int):
+        """Step 2: sample what is not sampled yet (critical-path selections are on these
+        weights); returns the items' results and the batch's rewards and trajectories."""
+        items = self._chunk_items(plan.to_sample, f"r{it}-v{version}", Kind.ROLLOUT, it, version)
         results = self.run_items(items, f"iteration {it + 1} rollout") if items else {}
         rolled_r = [r for item in items for r in results[item.item_id].rewards]
         rolled_t = [t for item in items for t in results[item.item_id].trajectories]
-        rewards, trajectories = [], []
-        for b, prompt in enumerate(unique):
-            if prompt in reuse:
-                rewards.extend(selection.selected_rewards[prompt])
-                trajectories.extend(reuse[prompt])
-            else:
-                k = todo.index(b) * group
-                rewards.extend(rolled_r[k : k + group])
-                trajectories.extend(rolled_t[k : k + group])
-        loads = [r.weights_load_s for r in results.values() if r.weights_load_s > 0]
-        for b, prompt in enumerate(unique):
-            self.planner.note_rollout(prompt, rewards[b * group : (b + 1) * group])
-        if mode == "spot" and selection is not None:
-            fresh = {p: rewards[b * group : (b + 1) * group] for b, p in enumerate(unique)}
+        sel_r = {p: selection.selected_rewards[p] for p in plan.reused}
+        sel_t = {p: selection.trajectories[p] for p in plan.reused}
+        return results, plan.assemble(rolled_r, sel_r), plan.assemble(rolled_t, sel_t)
+
+    def _advantages(self, plan: RolloutPlan, rewards, selection, extra, it: int):
+        """The planner learns from the rollout's rewards, the stale/fresh rank agreement of the
+        explored seeds is measured, and the group advantages are computed."""
+        import torch
+
+        from spotlight.exploration import rank_preservation
+
+        g = plan.group
+        per_prompt = [(p, rewards[b * g : (b + 1) * g]) for b, p in enumerate(plan.prompts)]
+        for prompt, rs in per_prompt:
+            self.planner.note_rollout(prompt, rs)
+        if self.cfg.exploration.mode == "spot" and selection is not None:
             extra["rank_spearman_stale_fresh"] = rank_preservation(
-                {p: selection.selected_rewards[p] for p in chosen}, fresh
+                {p: selection.selected_rewards[p] for p in selection.seeds}, dict(per_prompt)
             )
-        advantages, group_stats = score_groups(torch.tensor(rewards, dtype=torch.float32), cfg, it)
-        t1 = time.perf_counter()
-        sample_s = self._last_sample_s = t1 - t0
-        rate = self._samplers_rate(results.values(), len(rolled_r), sample_s)
-        if rate is not None:
-            self._rate = _ema(self._rate, rate)
+        return score_groups(torch.tensor(rewards, dtype=torch.float32), self.cfg, it)
+
+    def _post_batch(self, it: int, trajectories, advantages) -> None:
+        """Step 3: post the training batch where the trainer waits for it."""
+        import ray
+
+        from spotlight.trainer import train_batch_key
+
         batch = {
             "trajectories": trajectories,
             "advantages": advantages.flatten().tolist(),
-            "seed": update_seed(cfg, it),
+            "seed": update_seed(self.cfg, it),
         }
-        q = self.actors.queue
         self._posted = (train_batch_key(it), [ray.put(batch)])
-        ray.get(q.post.remote(*self._posted))
-        exploration = None
-        if mode == "spot" and it + 1 < cfg.num_iterations:  # explore while the trainer trains
-            exploration = self._submit_exploration(it + 1, version)
+        ray.get(self.actors.queue.post.remote(*self._posted))
+
+    def _explore_next(self, it: int, version: int):
+        """Step 4: spot exploration of the next iteration's prompts, on these weights."""
+        if self.cfg.exploration.mode == "spot" and it + 1 < self.cfg.num_iterations:
+            return self._submit_exploration(it + 1, version)
+        return None
+
+    def _await_update(self, it: int, exploration) -> dict[str, Any]:
+        """Step 5: the trainer's update (its weights published, its optimizer state posted),
+        then what exploration finished meanwhile; the planner's state is saved."""
+        import ray
+
+        from spotlight.trainer import train_batch_key, update_key
+
+        q = self.actors.queue
         update = self._wait(
             f"update of iteration {it}",
             lambda wait_s: self._queue_call("wait_post", update_key(it), wait_s),
@@ -767,40 +793,45 @@ class Controller:
         if exploration is not None:
             self._collect_exploration(exploration, update["weights_version"])
         ray.get(self.actors.bandit.update.remote({"planner": self.planner.to_dict()}))
-        t2 = time.perf_counter()
+        return update
+
+    def _metrics(self, it, update, group_stats, num_samples, results, extra, t1) -> dict:
+        """The iteration's metrics row (``loop.metrics_row``, as the local loop's) and the
+        Ray job's own figures."""
         loss = {
             k: v
             for k, v in update.items()
             if k not in ("iteration", "weights_version", "train_s", "world_size", "optimizer")
         }
+        t2 = time.perf_counter()
         row = metrics_row(
-            it, update["weights_version"], group_stats, len(trajectories), sample_s, t2 - t1, loss
+            it,
+            update["weights_version"],
+            group_stats,
+            num_samples,
+            self._last_sample_s,
+            t2 - t1,
+            loss,
         )
+        loads = [r.weights_load_s for r in results.values() if r.weights_load_s > 0]
         return {
             **row,
             "trainer_update_s": update["train_s"],
             "weights_load_s_max": max(loads, default=0.0),
             "sp_degree_max": max((r.sp_degree for r in results.values()), default=1),
             "sp_degree_min": min((r.sp_degree for r in results.values()), default=1),
-            "exploration": mode,
+            "exploration": self.cfg.exploration.mode,
             **extra,
         }
 
     # -- Exploration ---------------------------------------------------------------------
     def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int) -> list:
+        """``flat`` (prompt, seed) samples as work items of ``sampler.batch_size``."""
         from spotlight.work_queue import WorkItem
 
-        n = self.cfg.sampler.batch_size
         return [
-            WorkItem(
-                f"{prefix}-{k}",
-                kind,
-                it,
-                version,
-                tuple(p for p, _ in flat[lo : lo + n]),
-                tuple(s for _, s in flat[lo : lo + n]),
-            )
-            for k, lo in enumerate(range(0, len(flat), n))
+            WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss)
+            for k, (ps, ss) in enumerate(chunks(flat, self.cfg.sampler.batch_size))
         ]
 
     def _budget(self) -> int:

@@ -1,0 +1,111 @@
+"""An iteration's rollout as data: which seeds to sample, in which items, and the results back
+in prompt order. Pure (no Ray, no torch): the Ray controller runs it, the tests check it.
+
+The batch of an iteration is ``B`` prompts x ``G`` seeds (``spotlight.loop.iteration_batch``).
+Exploration may have chosen a prompt's ``G`` seeds already (``chosen``); the critical path has
+even sampled them on these weights (``reused``: their rewards and trajectories are taken as
+they are). What is left is sampled in work items of ``batch_size`` samples, and the rewards and
+trajectories of the rollout are put back in the batch's order: prompt by prompt, ``G`` each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """The samples of one rollout."""
+
+    prompts: tuple[str, ...]
+    """The batch's prompts, one per group, in batch order."""
+    seeds: tuple[int, ...]
+    """``G`` seeds per prompt, in the same order (exploration's choices in place)."""
+    group: int
+    reused: frozenset[str]
+    """Prompts whose samples exist already (sampled on these weights): not sampled again."""
+
+    def group_seeds(self, b: int) -> tuple[int, ...]:
+        return self.seeds[b * self.group : (b + 1) * self.group]
+
+    @property
+    def to_sample(self) -> list[tuple[str, int]]:
+        """(prompt, seed) of every sample to draw, prompt by prompt (the reused left out)."""
+        return [
+            (p, s)
+            for b, p in enumerate(self.prompts)
+            if p not in self.reused
+            for s in self.group_seeds(b)
+        ]
+
+    def assemble(
+        self,
+        sampled: list[Any],
+        reused: dict[str, list[Any]],
+    ) -> list[Any]:
+        """Per-sample values (rewards, trajectories) in batch order: ``sampled`` in the order of
+        :attr:`to_sample`, ``reused[prompt]`` for the reused prompts.
+
+        Raises:
+            ValueError: ``sampled`` is not one value per sample to draw, or a reused prompt has
+                not ``G`` values.
+        """
+        if len(sampled) != len(self.to_sample):
+            raise ValueError(f"{len(sampled)} sampled values for {len(self.to_sample)} samples")
+        out, k = [], 0
+        for p in self.prompts:
+            if p in self.reused:
+                values = reused[p]
+                if len(values) != self.group:
+                    raise ValueError(f"{len(values)} reused values for {p!r}, not {self.group}")
+                out.extend(values)
+            else:
+                out.extend(sampled[k : k + self.group])
+                k += self.group
+        return out
+
+
+def plan_rollout(
+    prompts: list[str],
+    seeds: list[int],
+    group: int,
+    chosen: dict[str, list[int]] | None = None,
+    reused: set[str] | frozenset[str] = frozenset(),
+) -> RolloutPlan:
+    """The rollout of a batch (``prompts`` and ``seeds`` flat, ``group`` per prompt) with
+    exploration's ``chosen`` seeds in place of the random ones and the ``reused`` prompts
+    (sampled already) left out of what is sampled.
+
+    Raises:
+        ValueError: the batch is not whole groups of one prompt each, a chosen seed list is not
+            ``group`` long, or a reused prompt is not in the batch.
+    """
+    if group < 1 or len(prompts) != len(seeds) or len(prompts) % group:
+        raise ValueError(f"{len(prompts)} prompts and {len(seeds)} seeds: not groups of {group}")
+    unique = tuple(prompts[::group])
+    if any(prompts[b * group + j] != p for b, p in enumerate(unique) for j in range(group)):
+        raise ValueError("each group of the batch must be one prompt")
+    flat = list(seeds)
+    for b, p in enumerate(unique):
+        if p in (chosen or {}):
+            if len(chosen[p]) != group:
+                raise ValueError(f"{len(chosen[p])} chosen seeds for {p!r}, not {group}")
+            flat[b * group : (b + 1) * group] = chosen[p]
+    if not set(reused) <= set(unique):
+        raise ValueError(f"reused prompts not in the batch: {sorted(set(reused) - set(unique))}")
+    return RolloutPlan(unique, tuple(flat), group, frozenset(reused))
+
+
+def chunks(samples: list[tuple[str, int]], batch_size: int) -> list[tuple[tuple, tuple]]:
+    """``samples`` cut into work items of ``batch_size``: (prompts, seeds) per item, in order
+    (the last may be shorter)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return [
+        (
+            tuple(p for p, _ in samples[lo : lo + batch_size]),
+            tuple(s for _, s in samples[lo : lo + batch_size]),
+        )
+        for lo in range(0, len(samples), batch_size)
+    ]
