@@ -80,13 +80,22 @@ def _wait_mailbox(queue, key: str, timeout_s: float, repost=None) -> Any:
         value = ray.get(queue.wait_post.remote(key, MAILBOX_WAIT_S))
         if value is not None:
             return value
-        if repost is not None:
-            now = ray.get(queue.incarnation.remote())
-            if now != repost[0]:
-                ray.get(queue.post.remote(repost[1], repost[2]))
-                repost = (now, repost[1], repost[2])
+        repost = repost_if_restarted(queue, repost)
         if time.monotonic() > deadline:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
+
+
+def repost_if_restarted(queue, repost):
+    """``repost = (incarnation, key, value)``: our last post. When the queue actor has
+    restarted since (a new incarnation: its mailbox is gone), post it again; returns the
+    repost to keep (None stays None)."""
+    if repost is None:
+        return None
+    now = ray.get(queue.incarnation.remote())
+    if now != repost[0]:
+        ray.get(queue.post.remote(repost[1], repost[2]))
+        return (now, repost[1], repost[2])
+    return repost
 
 
 def _quiet_train_logs() -> None:

@@ -58,6 +58,8 @@ class TrainerSampler:
     def wait(self, queue, key: str, version: int, timeout_s: float, repost=None) -> Any:
         """The value posted under ``key``; meanwhile sample the rollout items of ``version``
         that the queue has (``repost`` as in ``trainer._wait_mailbox``)."""
+        from spotlight.trainer import repost_if_restarted
+
         deadline = time.monotonic() + timeout_s
         while True:
             value = ray.get(queue.wait_post.remote(key, 0.0))
@@ -73,11 +75,7 @@ class TrainerSampler:
                     ray.get(queue.release.remote(self.worker_id))
                     continue
                 ray.get(queue.complete.remote(self.sample(queue, item)))
-            if repost is not None:
-                now = ray.get(queue.incarnation.remote())
-                if now != repost[0]:
-                    ray.get(queue.post.remote(repost[1], repost[2]))
-                    repost = (now, repost[1], repost[2])
+            repost = repost_if_restarted(queue, repost)
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s"

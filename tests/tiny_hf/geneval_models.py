@@ -10,8 +10,9 @@ head gives every instance ~0.01, under every threshold). About a second to build
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from tiny_hf.clip import save_tiny_clip
 
 COCO_NAMES = (
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -28,25 +29,6 @@ COCO_NAMES = (
 """COCO's 80 instance classes as the Hugging Face COCO checkpoints name them."""
 IMAGE_SIZE = 64
 """The detector processor's resize target (shortest and longest edge)."""
-
-
-def byte_level_alphabet() -> list[str]:
-    """The printable stand-ins that byte-level BPE (GPT-2, CLIP) uses for the 256 bytes."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    printable += range(ord("®"), ord("ÿ") + 1)
-    spare = iter(range(256, 512))
-    return [chr(b) if b in printable else chr(next(spare)) for b in range(256)]
-
-
-def write_clip_tokenizer(folder: Path) -> int:
-    """A tiny CLIP BPE (vocab.json, merges.txt) in ``folder``: every byte, alone and
-    word-final, one merge ("r" + "e"), and the two special tokens. Returns the vocab size."""
-    alphabet = byte_level_alphabet()
-    tokens = [*alphabet, *(c + "</w>" for c in alphabet), "re", "re</w>"]
-    tokens += ["<|startoftext|>", "<|endoftext|>"]
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    (folder / "merges.txt").write_text("#version: 0.2\nr e\nr e</w>\n")
-    return len(tokens)
 
 
 def _save_mask2former(folder: Path) -> None:
@@ -91,29 +73,7 @@ def _save_mask2former(folder: Path) -> None:
 
 
 def _save_clip(folder: Path) -> None:
-    import torch
-    import transformers
-
-    vocab_size = write_clip_tokenizer(folder)
-    small = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2}
-    small |= {"num_attention_heads": 2}
-    config = transformers.CLIPConfig(
-        text_config={
-            **small,
-            "vocab_size": vocab_size,
-            "max_position_embeddings": 32,
-            "bos_token_id": vocab_size - 2,
-            "eos_token_id": vocab_size - 1,
-            "pad_token_id": vocab_size - 1,
-        },
-        vision_config={**small, "image_size": 32, "patch_size": 8},
-        projection_dim=16,
-    )
-    torch.manual_seed(0)
-    transformers.CLIPModel(config).save_pretrained(folder)
-    transformers.CLIPImageProcessorPil(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-    ).save_pretrained(folder)
+    save_tiny_clip(folder, merge=("r", "e"))
 
 
 def save_tiny_geneval_models(folder: Path) -> Path:

@@ -2,61 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_hf.clip import save_tiny_clip
 
 from spotlight.rewards.hub import ClipScoreReward, find_clip_folder
 
 transformers = pytest.importorskip("transformers")
 
 
-def byte_level_alphabet() -> list[str]:
-    """GPT-2/CLIP's printable stand-ins for the 256 bytes (the byte-level BPE base alphabet)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    keep += range(ord("®"), ord("ÿ") + 1)
-    extra = iter(range(256, 512))
-    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
-
-
-def write_tokenizer(folder: Path) -> int:
-    """vocab.json + merges.txt of a tiny byte-level BPE (bytes, word-final bytes, 'a'+'b')."""
-    alphabet = byte_level_alphabet()
-    tokens = alphabet + [c + "</w>" for c in alphabet] + ["ab", "ab</w>"]
-    tokens += ["<|startoftext|>", "<|endoftext|>"]
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    (folder / "merges.txt").write_text("#version: 0.2\na b\na b</w>\n")
-    return len(tokens)
-
-
 @pytest.fixture(scope="module")
 def clip_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    folder = tmp_path_factory.mktemp("tiny-clip")
-    vocab_size = write_tokenizer(folder)
-    small = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 2}
-    small |= {"num_attention_heads": 2}
-    config = transformers.CLIPConfig(
-        text_config={
-            **small,
-            "vocab_size": vocab_size,
-            "max_position_embeddings": 32,
-            "bos_token_id": vocab_size - 2,
-            "eos_token_id": vocab_size - 1,
-            "pad_token_id": vocab_size - 1,
-        },
-        vision_config={**small, "image_size": 32, "patch_size": 8},
-        projection_dim=16,
-    )
-    torch.manual_seed(0)
-    transformers.CLIPModel(config).save_pretrained(folder)
-    transformers.CLIPImageProcessor(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-    ).save_pretrained(folder)
-    return folder
+    return save_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
 
 
 @pytest.fixture(scope="module")
