@@ -47,7 +47,9 @@ def make_policy(cfg: PolicyConfig, device: str = "cpu") -> Policy:
                 "(see the module docstring of spotlight.policies.qwen_image)"
             )
         try:
-            return QwenImagePolicy.from_pretrained(cfg.checkpoint, device=device, **cfg.options)
+            return QwenImagePolicy.from_pretrained(
+                cfg.checkpoint, device=device, lora_seed=cfg.init_seed, **cfg.options
+            )
         except TypeError as e:
             raise ValueError(f"bad qwen-image policy options {cfg.options}: {e}") from None
     raise ValueError(f"unknown policy {cfg.name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -63,6 +63,7 @@ class QwenImagePolicy(nn.Module):
         max_sequence_length: int = 256,
         gradient_checkpointing: bool = False,
         lora_targets: tuple[str, ...] | list[str] | None = None,
+        lora_seed: int = 0,
     ):
         super().__init__()
         self.transformer, self.vae = pipe.transformer, pipe.vae
@@ -80,7 +81,9 @@ class QwenImagePolicy(nn.Module):
         self.latent_shape = (z_dim, height // scale, width // scale)
         self.max_sequence_length = max_sequence_length
         self.requires_grad_(False)
-        self._lora = self._add_lora(lora_rank, lora_alpha, tuple(lora_targets or LORA_TARGETS))
+        with torch.random.fork_rng(devices=[]):  # the adapters' init: a function of the seed
+            torch.manual_seed(lora_seed)
+            self._lora = self._add_lora(lora_rank, lora_alpha, tuple(lora_targets or LORA_TARGETS))
         self.eval()
         if gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
@@ -129,6 +132,7 @@ class QwenImagePolicy(nn.Module):
         max_sequence_length: int = 256,
         gradient_checkpointing: bool = False,
         lora_targets: tuple[str, ...] | list[str] | None = None,
+        lora_seed: int = 0,
     ) -> QwenImagePolicy:
         """Load a local diffusers-format Qwen-Image folder (never the network) and add LoRA.
 
@@ -143,6 +147,8 @@ class QwenImagePolicy(nn.Module):
             width: Image width in pixels (a multiple of 16).
             max_sequence_length: Text tokens every prompt is padded/truncated to.
             gradient_checkpointing: Recompute transformer blocks in the backward pass.
+            lora_seed: Seed of the adapters' Gaussian init (``PolicyConfig.init_seed``), so
+                every process that builds the policy starts from the same adapters.
             lora_targets: Module-name suffixes that get LoRA adapters (default
                 :data:`LORA_TARGETS`; ``spotlight.policies.base.FLOW_GRPO_LORA_TARGETS`` adds
                 the MLPs).
@@ -164,6 +170,7 @@ class QwenImagePolicy(nn.Module):
             max_sequence_length,
             gradient_checkpointing,
             lora_targets,
+            lora_seed,
         )
         return policy.to(device)
 

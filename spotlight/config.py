@@ -169,7 +169,7 @@ class PolicyConfig:
     """Policy family: 'tiny' or 'qwen-image'."""
     init_seed: int = 0
     """Seed of the random initialisation (tiny) when no checkpoint is given, and of new LoRA
-    adapters (tiny with ``lora_rank``, also on top of a checkpoint)."""
+    adapters (tiny with ``lora_rank``, also on top of a checkpoint; qwen-image)."""
     checkpoint: str | None = None
     """Safetensors checkpoint to start from (tiny) or a diffusers model folder (qwen-image)."""
     options: dict[str, Any] = field(default_factory=dict)

@@ -269,3 +269,14 @@ def test_make_policy_options_and_gradient_checkpointing(
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
     with pytest.raises(ValueError, match="multiples of 16"):
         QwenImagePolicy.from_pretrained(model_dir, height=40, width=SIZE)
+
+
+def test_lora_init_is_a_function_of_the_seed(model_dir: Path) -> None:
+    def build(seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(1000 + seed)  # whatever the global RNG holds
+        options = {"lora_rank": 4, "height": SIZE, "width": SIZE, "max_sequence_length": MAX_LEN}
+        return QwenImagePolicy.from_pretrained(model_dir, lora_seed=seed, **options).state_dict()
+
+    a, b, c = build(0), build(0), build(1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
