@@ -177,7 +177,33 @@ def _fitted(path: str, rank_correlation: float) -> tuple[list, list[PromptFit], 
     return measured, fits, calibrate_latent(fits, rank_correlation)
 
 
-class Rewards:
+class PopulationDraws:
+    """What every seed-reward model of a prompt population offers the simulator: the prompts
+    of an iteration and plain GRPO's expected contrast, from ``draw`` and ``prompts`` (the
+    measured rewards per prompt) and ``seed``."""
+
+    seed: int
+    prompts: list[list[float]]
+
+    def draw(self, it: int, prompt: int, n: int) -> list[float]:
+        raise NotImplementedError
+
+    def batch(self, it: int, size: int) -> list[int]:
+        """The prompts (indices) of iteration ``it``: ``size`` of them, without repeats."""
+        rng = random.Random(f"{self.seed}/batch/{it}")
+        return rng.sample(range(len(self.prompts)), min(size, len(self.prompts)))
+
+    def expected_random_std(self, group: int, draws: int = 4000) -> float:
+        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast)."""
+        rng = random.Random(f"{self.seed}/baseline")
+        stds = []
+        for k in range(draws):
+            p = rng.randrange(len(self.prompts))
+            stds.append(statistics.pstdev(self.draw(-1 - k, p, group)))
+        return statistics.fmean(stds)
+
+
+class Rewards(PopulationDraws):
     """Seed rewards of a measured prompt population (a shipped ``eval.json``), drawn from its
     fitted beta-binomials (module docstring).
 
@@ -215,16 +241,3 @@ class Rewards:
         fit = self.fits[prompt]
         pairs = [_pair(fit, z1, z2, self.latent) for z1, z2 in self._z(it, prompt, n)]
         return [s for s, _ in pairs], [f for _, f in pairs]
-
-    def batch(self, it: int, size: int) -> list[int]:
-        rng = random.Random(f"{self.seed}/batch/{it}")
-        return rng.sample(range(len(self.fits)), min(size, len(self.fits)))
-
-    def expected_random_std(self, group: int, draws: int = 4000) -> float:
-        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast)."""
-        rng = random.Random(f"{self.seed}/baseline")
-        stds = []
-        for k in range(draws):
-            p = rng.randrange(len(self.fits))
-            stds.append(statistics.pstdev(self.draw(-1 - k, p, group)))
-        return statistics.fmean(stds)

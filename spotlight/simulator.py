@@ -47,7 +47,7 @@ from spotlight.costs import Ledger, PriceTable
 from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
 from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
-from spotlight.sim_rewards import Rewards
+from spotlight.sim_rewards import PopulationDraws, Rewards
 from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
 from spotlight.work_queue import (
@@ -145,7 +145,7 @@ def update_s(sc: Scenario, costs: StepCosts, gpus: int) -> float:
     )
 
 
-class EmpiricalRewards:
+class EmpiricalRewards(PopulationDraws):
     """The measured rewards resampled (``LearningModel.reward_draws = "empirical"``): seed ``k``
     of prompt ``p`` at iteration ``it`` draws one of the prompt's measured values. Kept to
     compare with the fitted draws (spotlight.sim_rewards): it caps the best group's std at half
@@ -164,19 +164,6 @@ class EmpiricalRewards:
         rng = random.Random(f"{self.seed}/{it}/{prompt}")
         pool = self.prompts[prompt]
         return [rng.choice(pool) for _ in range(n)]
-
-    def batch(self, it: int, size: int) -> list[int]:
-        rng = random.Random(f"{self.seed}/batch/{it}")
-        return rng.sample(range(len(self.prompts)), min(size, len(self.prompts)))
-
-    def expected_random_std(self, group: int, draws: int = 4000) -> float:
-        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast)."""
-        rng = random.Random(f"{self.seed}/baseline")
-        stds = []
-        for k in range(draws):
-            p = rng.randrange(len(self.prompts))
-            stds.append(statistics.pstdev(self.draw(-1 - k, p, group)))
-        return statistics.fmean(stds)
 
 
 class Simulation:
