@@ -31,3 +31,6 @@ RESOURCE_SAMPLER = "sampler_gpu"
 """One unit per GPU that may run sampling replicas (spot, or the on-demand fallback)."""
 RESOURCE_TRAINER = "trainer_gpu"
 """One unit per on-demand GPU reserved for the Ray Train trainer."""
+
+SERVE_APP = "spotlight"
+"""The Serve application of the sampler replicas and the reward deployment."""

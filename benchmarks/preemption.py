@@ -249,7 +249,7 @@ def part_notice(repeats: int = 5) -> dict:
         replica_actor_options,
         reward_scorer,
     )
-    from spotlight.local_cluster import head_resources
+    from spotlight.job.local_cluster import head_resources
     from spotlight.policies import make_policy
     from spotlight.recipes import get_recipe
     from spotlight.weights import policy_bytes

@@ -99,7 +99,8 @@ def main() -> None:
         }
         print(f"local: {statistics.median(local):.2f} s/iteration")
 
-        from spotlight.controller import RayOptions, run_ray
+        from spotlight.job.options import RayOptions
+        from spotlight.job.run import run_ray
 
         t0 = time.perf_counter()
         run_ray(cfg, Path(tmp) / "ray", opts=RayOptions(wandb=False))

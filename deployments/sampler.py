@@ -438,24 +438,18 @@ class SamplerReplica:
     def _sp_step(self, item, trajs):
         """One denoising step on the replica's SP groups: one group normally; after a loss,
         every group the survivors form (say 2 + 1), each taking a share of the item's samples
-        (``split_work``). When workers die (their GPUs are gone), the survivors are re-formed
-        without new processes or a weights reload, and the step is redone from the state
-        before it."""
+        (``sp_groups.share_item``). When workers die (their GPUs are gone), the survivors are
+        re-formed without new processes or a weights reload, and the step is redone from the
+        state before it."""
         from spotlight.elastic import WorkerLost
         from spotlight.sampler import Trajectory
-        from spotlight.sp_groups import split_work
+        from spotlight.sp_groups import share_item
 
         before = [t.to_bytes() for t in trajs]
         while True:
-            groups = self._sp.groups
-            counts = split_work(len(before), [len(g) for g in groups])
-            used, parts, lo = [], [], 0
-            for group, n in zip(groups, counts, strict=True):
-                if n:
-                    sl = slice(lo, lo + n)
-                    used.append(group)
-                    parts.append((list(item.prompts[sl]), list(item.seeds[sl]), before[sl]))
-                    lo += n
+            shares = share_item(len(before), self._sp.groups)
+            used = [group for group, _ in shares]
+            parts = [(list(item.prompts[sl]), list(item.seeds[sl]), before[sl]) for _, sl in shares]
             try:
                 states = self._sp.sample_groups(
                     used, parts, self.spec.sampler, item.weights_version, 1
@@ -465,13 +459,10 @@ class SamplerReplica:
                 self._sp_regroup(e.dead)
 
     def _sp_shape(self, members: list[int]) -> list[list[int]]:
-        """Groups of the replica's SP degree, the rest in the largest valid smaller ones (a
-        4-head model: 8 workers at SP 4 -> 4 + 4, 7 -> 4 + 2 + 1, 3 -> 2 + 1)."""
-        from spotlight.sp_groups import assign, valid_degrees
+        """The groups ``members`` form at this replica's SP degree (``sp_groups.group_shape``)."""
+        from spotlight.sp_groups import group_shape
 
-        valid = valid_degrees(self._sp.num_heads)
-        target = max(d for d in valid if d <= min(len(members), self.spec.sp_degree))
-        return assign(members, target, valid)
+        return group_shape(members, self.spec.sp_degree, self._sp.num_heads)
 
     def _sp_regroup(self, dead: list[int]) -> None:
         t0 = time.perf_counter()

@@ -43,7 +43,7 @@ def run_runs(
     log: TextIO | None = None,
 ) -> dict[str, list[Path]]:
     """One Ray run per (mode, seed) under ``out/runs``; returns the run folders by mode."""
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     folders: dict[str, list[Path]] = {m: [] for m in modes}
     for mode in modes:

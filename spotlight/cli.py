@@ -43,7 +43,7 @@ def _train(args: argparse.Namespace) -> int:
 
         run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
         return 0
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     opts = ray_options_from_args(args, cfg.recipe)
     opts.validate()
@@ -55,7 +55,7 @@ def ray_options_from_args(args: argparse.Namespace, recipe: str | None = None):
     """The :class:`RayOptions` that ``spotlight train``'s flags ask for; where a flag is left
     out, the recipe's hint (``recipes.RAY_HINTS``, e.g. SP degree 4 at 1280), else the
     dataclass's default."""
-    from spotlight.controller import RayOptions
+    from spotlight.job.options import RayOptions
     from spotlight.recipes import RAY_HINTS
 
     hint = RAY_HINTS.get(recipe or "", {}).get("sp_degree", RayOptions.sp_degree)
@@ -167,12 +167,13 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.fit_exploration:
         from spotlight.sim_model import fit_contrast_exponent
 
-        summary = json.loads(Path(args.fit_exploration).read_text())
-        fit = fit_contrast_exponent(summary)
+        files = ", ".join(args.fit_exploration)
+        summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
+        fit = fit_contrast_exponent(summaries)
         if fit["k"] is None:
             raise ValueError(
-                f"{args.fit_exploration}: no mode both reached the target and changed the group "
-                "std, so the contrast exponent cannot be fitted from it"
+                f"{files}: no mode both reached the target and changed the group std, so the"
+                " contrast exponent cannot be fitted from it"
             )
         k = fit["k"]
         for pt in fit["points"]:
@@ -180,7 +181,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "
                 f"{pt['speedup']:.2f}x fewer iterations to the target ({pt['reached']} reached)"
             )
-        print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {args.fit_exploration})")
+        print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {files})")
     learning = LearningModel(baseline_iterations=args.baseline_iterations)
     if k is not None:
         learning = dataclasses.replace(learning, contrast_exponent=k)
@@ -243,7 +244,8 @@ def _bench(args: argparse.Namespace) -> int:
         run(Path(args.out), args.repeats, args.checkpoint_mb, log=sys.stdout)
         return 0
     from spotlight.bench import MODES, finished_runs, plot_exploration, run_runs, summarize_runs
-    from spotlight.controller import RayOptions, connect
+    from spotlight.job.cluster import connect
+    from spotlight.job.options import RayOptions
 
     cfg = apply_overrides(get_recipe(args.recipe), args.set)
     cfg = dataclasses.replace(
@@ -321,7 +323,7 @@ def _add_price_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from spotlight.controller import RayOptions
+    from spotlight.job.options import RayOptions
     from spotlight.tasks import TASK_NAMES
 
     ray_defaults = RayOptions()  # the CLI's defaults are the dataclass's
@@ -549,13 +551,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--contrast-exponent",
         type=float,
         default=None,
-        help="k in progress = (group std / plain GRPO's) ** k (default: the fitted 0.78,"
-        " docs/simulator.md)",
+        help="k in progress = (group std / plain GRPO's) ** k (default: 0.549, fitted on the"
+        " OCR-mini exploration benches; docs/simulator.md)",
     )
     sim.add_argument(
         "--fit-exploration",
         metavar="JSON",
-        help="fit k from this exploration.json (spotlight bench exploration) and use it",
+        nargs="+",
+        help="fit k from these exploration.json files (spotlight bench exploration), pooling"
+        " their points, and use it",
     )
     learn_defaults = LearningModel()
     sim.add_argument(
@@ -652,8 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume DIR continues DIR; do not also pass --out")
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"spotlight: error: {e}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
+        print(f"spotlight: error: {e}", file=sys.stderr)  # e.g. an --out that is a file
         return 2
     except BrokenPipeError:  # `spotlight ... | head`: the reader left; stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

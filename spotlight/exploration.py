@@ -1,6 +1,6 @@
 """Seed exploration bookkeeping, without Ray: candidate seeds, exploration items, selection.
 
-The controller (spotlight/controller.py) drives it: it plans with :class:`spotlight.planner.
+The controller (job/controller.py) drives it: it plans with :class:`spotlight.planner.
 Planner`, submits :func:`explore_items`, and turns what finished into the next rollout's seeds
 with :func:`select_groups`. Every explored sample carries its weights version; results older
 than ``max_staleness`` versions are not used.

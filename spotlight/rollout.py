@@ -1,5 +1,6 @@
 """An iteration's rollout as data: which seeds to sample, in which items, and the results back
-in prompt order. Pure (no Ray, no torch): the Ray controller runs it, the tests check it.
+in prompt order, and the rate it measured. Pure (no Ray, no torch): the Ray controller runs it,
+the tests check it.
 
 The batch of an iteration is ``B`` prompts x ``G`` seeds (``spotlight.loop.iteration_batch``).
 Exploration may have chosen a prompt's ``G`` seeds already (``chosen``); the critical path has
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from spotlight.work_queue import Pool
 
 
 @dataclass(frozen=True)
@@ -109,3 +112,23 @@ def chunks(samples: list[tuple[str, int]], batch_size: int) -> list[tuple[tuple,
         )
         for lo in range(0, len(samples), batch_size)
     ]
+
+
+def samplers_rate(
+    results, samples: int, sample_s: float, trainer_samples: bool, workers_by_pool: dict
+) -> float | None:
+    """The sampler replicas' throughput (samples/s) in a rollout of ``samples`` that took
+    ``sample_s``: what can explore during the update. With the trainer sampling too
+    (``trainer_samples``), the rollout's own rate would count the trainer's GPUs, so the
+    replicas' per-item rate times their number (``workers_by_pool``, the queue's) is used.
+    None: no estimate from this rollout (keep the last one)."""
+    if not samples:
+        return None
+    if not trainer_samples:
+        return samples / max(1e-6, sample_s)
+    mine = [r for r in results if r.pool != Pool.TRAINER]
+    busy = sum(r.busy_s for r in mine)
+    replicas = sum(n for p, n in workers_by_pool.items() if p != Pool.TRAINER)
+    if busy <= 0 or replicas == 0:
+        return None  # the trainer took every item: keep the last estimate
+    return sum(len(r.rewards) for r in mine) / busy * replicas

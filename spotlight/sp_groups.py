@@ -3,8 +3,10 @@
 Ulysses SP splits attention heads across the group, so a group's degree must divide the model's
 head count (Qwen-Image: 24 heads, so 1, 2, 3, 4, 6, 8, 12, 24). When a member is lost, the
 survivors are re-formed into valid groups: as many of the target degree as fit, the rest into
-the largest valid degrees (4 GPUs with one lost -> 2 + 1). The simulator and the per-node
-worker scheduler (spotlight/elastic.py) both use these rules.
+the largest valid degrees (4 GPUs with one lost -> 2 + 1). The simulator, the per-node
+worker scheduler (spotlight/elastic.py) and the sampler replica (deployments/sampler.py:
+:func:`group_shape` after a loss or a regrowth, :func:`share_item` for every step) all use these
+rules.
 """
 
 from __future__ import annotations
@@ -70,3 +72,26 @@ def split_work(num_samples: int, group_sizes: list[int]) -> list[int]:
     for i in order[: num_samples - sum(counts)]:
         counts[i] += 1
     return counts
+
+
+def group_shape(members: list[int], degree: int, num_heads: int) -> list[list[int]]:
+    """A replica's SP groups over its live workers ``members``: groups of its SP ``degree``,
+    the rest in the largest valid smaller ones (a 4-head model: 8 workers at SP 4 -> 4 + 4,
+    7 -> 4 + 2 + 1, 3 -> 2 + 1)."""
+    if not members:
+        raise ValueError("no SP workers to group")
+    valid = valid_degrees(num_heads)
+    target = max(d for d in valid if d <= min(len(members), degree))
+    return assign(members, target, valid)
+
+
+def share_item(num_samples: int, groups: list[list[int]]) -> list[tuple[list[int], slice]]:
+    """Which of an item's samples each SP group takes (:func:`split_work`, in group order):
+    ``(group, slice of the item's samples)`` for every group that gets at least one."""
+    counts = split_work(num_samples, [len(g) for g in groups])
+    out, lo = [], 0
+    for group, n in zip(groups, counts, strict=True):
+        if n:
+            out.append((group, slice(lo, lo + n)))
+            lo += n
+    return out

@@ -13,7 +13,7 @@ scaled to at most ``max_nodes`` nodes, its time is divided by ``time_scale``, an
 becomes a preemption, with a notice ``notice_s`` seconds of wall time before the node goes (a
 drain with a deadline), or, for a chosen share of them, without one (a hard kill).
 :class:`TraceInjector` applies the events through a small node API, so the same logic drives
-``ray.cluster_utils.Cluster`` (spotlight/local_cluster.py) and the tests' fakes.
+``ray.cluster_utils.Cluster`` (job/local_cluster.py) and the tests' fakes.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def replay_events(
 
 
 class NodeAPI(Protocol):
-    """What the injector needs from a cluster (spotlight/local_cluster.py; fakes in tests)."""
+    """What the injector needs from a cluster (job/local_cluster.py; fakes in tests)."""
 
     def add(self, slot: int) -> None: ...
 

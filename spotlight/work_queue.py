@@ -151,15 +151,52 @@ class ItemResult:
     """uint8 images (N, H, W, C) for validation items (logged to W&B), else None."""
 
 
+class ItemState(StrEnum):
+    """Where an item is in its life: submitted -> PENDING -> LEASED -> DONE -> forgotten.
+
+    A LEASED item goes back to PENDING when its holder releases it or its lease expires (its
+    checkpoint and its place in line stay); a DONE item holds its result until the driver
+    forgets it (:meth:`~WorkQueue.forget`). :meth:`~WorkQueue.drop` forgets an item wherever it
+    is, :meth:`~WorkQueue.cancel` a pending one."""
+
+    PENDING = "pending"
+    """Waiting to be pulled."""
+    LEASED = "leased"
+    """Pulled by a worker, whose lease (extended by heartbeats and commits) is running."""
+    DONE = "done"
+    """Completed: the result is held."""
+
+
 @dataclass
-class _Lease:
+class _Entry:
+    """One item's whole state in the queue."""
+
     item: WorkItem
-    worker_id: str
-    expires_at: float
+    """As submitted (``resume`` unset: :meth:`WorkQueue.pull` adds the checkpoint)."""
+    seq: int
+    """Submission order: an item that returns to the queue keeps its place."""
+    state: ItemState = ItemState.PENDING
+    since: float = 0.0
+    """When it last became PENDING (the spill policy's wait)."""
+    worker_id: str = ""
+    """The lease holder (LEASED)."""
+    expires_at: float = 0.0
+    """When the lease runs out (LEASED)."""
+    checkpoint: ItemCheckpoint | None = None
+    """The last committed in-flight state (PENDING or LEASED; dropped once DONE)."""
+    result: ItemResult | None = None
+    """The first completion (DONE)."""
+
+    @property
+    def priority(self) -> tuple[int, int]:
+        return KIND_PRIORITY[self.item.kind], self.seq
 
 
 class WorkQueue:
-    """Pending items, leases and results of one run (see the module docstring)."""
+    """Pending items, leases and results of one run (see the module docstring).
+
+    Every item the queue knows has one :class:`_Entry` whose ``state`` says where it is;
+    ``_in[state]`` indexes the entries by state (kept by :meth:`_move` alone)."""
 
     def __init__(self, lease_s: float = 30.0, spill: SpillPolicy | None = None):
         if lease_s <= 0:
@@ -167,14 +204,10 @@ class WorkQueue:
         self.lease_s = lease_s
         self.spill = spill or SpillPolicy()
         self.run_id: str | None = None
-        self._pending: dict[str, tuple[int, int, WorkItem]] = {}
-        self._seq: dict[str, int] = {}
-        self._since: dict[str, float] = {}
-        self._checkpoints: dict[str, ItemCheckpoint] = {}
-        self._leases: dict[str, _Lease] = {}
-        self._results: dict[str, ItemResult] = {}
+        self._in: dict[ItemState, dict[str, _Entry]] = {state: {} for state in ItemState}
         self._order = itertools.count()
         self._workers: dict[str, tuple[str, float]] = {}
+        """Worker id -> (pool, last pull or heartbeat)."""
         self._spot_seen: float | None = None
         """Last time a spot worker pulled or heartbeat (None: never; then the first submit)."""
         self._first_submit: float | None = None
@@ -187,6 +220,32 @@ class WorkQueue:
         self.items_resumed = 0
         self.steps_resumed = 0
 
+    # -- States ----------------------------------------------------------------------------
+    def state(self, item_id: str) -> ItemState | None:
+        """Where ``item_id`` is; None: unknown (never submitted, forgotten or dropped)."""
+        entry = self._entry(item_id)
+        return entry.state if entry is not None else None
+
+    def _entry(self, item_id: str) -> _Entry | None:
+        for index in self._in.values():
+            if item_id in index:
+                return index[item_id]
+        return None
+
+    def _move(self, entry: _Entry, state: ItemState, now: float = 0.0) -> None:
+        """Put ``entry`` in ``state`` (it may be new); back to PENDING restarts its wait."""
+        self._in[entry.state].pop(entry.item.item_id, None)
+        entry.state = state
+        self._in[state][entry.item.item_id] = entry
+        if state == ItemState.PENDING:
+            entry.since = now
+        if state == ItemState.DONE:
+            entry.checkpoint = None
+
+    def _forget(self, entry: _Entry) -> None:
+        self._in[entry.state].pop(entry.item.item_id, None)
+
+    # -- Runs and submissions --------------------------------------------------------------
     def open_run(self, run_id: str) -> bool:
         """Attach the queue to ``run_id``; returns True when it kept a previous state."""
         if run_id == self.run_id:
@@ -202,14 +261,14 @@ class WorkQueue:
         if self._first_submit is None:
             self._first_submit = now
         for item in items:
-            known = item.item_id in self._pending or item.item_id in self._leases
-            if known or item.item_id in self._results:
+            if self._entry(item.item_id) is not None:
                 continue
-            self._seq[item.item_id] = next(self._order)
-            self._queue(replace(item, resume=None), now)
+            entry = _Entry(replace(item, resume=None), next(self._order))
+            self._move(entry, ItemState.PENDING, now)
             added += 1
         return added
 
+    # -- Workers ---------------------------------------------------------------------------
     def pull(
         self,
         worker_id: str,
@@ -232,45 +291,43 @@ class WorkQueue:
         seen = self._spot_seen if self._spot_seen is not None else self._first_submit
         spot_absent_s = now - seen if seen is not None else 0.0
 
-        def may_take(item: WorkItem) -> bool:
-            if item.kind not in allowed:
+        def may_take(entry: _Entry) -> bool:
+            if entry.item.kind not in allowed:
                 return False
             if pool != Pool.ON_DEMAND:
                 return True
-            waited = max(now - self._since[item.item_id], spot_absent_s)
-            return self.spill.allows(item.kind, waited)
+            waited = max(now - entry.since, spot_absent_s)
+            return self.spill.allows(entry.item.kind, waited)
 
-        ready = sorted(
-            (entry for entry in self._pending.values() if may_take(entry[2])),
-            key=lambda e: (e[0], e[1]),
-        )
+        pending = self._in[ItemState.PENDING].values()
+        ready = sorted((e for e in pending if may_take(e)), key=lambda e: e.priority)
         out = []
-        for _, _, item in ready[: max(0, max_items)]:
-            del self._pending[item.item_id]
-            self._leases[item.item_id] = _Lease(item, worker_id, now + self.lease_s)
-            ck = self._checkpoints.get(item.item_id)
-            if ck is not None:
+        for entry in ready[: max(0, max_items)]:
+            self._move(entry, ItemState.LEASED)
+            entry.worker_id, entry.expires_at = worker_id, now + self.lease_s
+            item = entry.item
+            if entry.checkpoint is not None:
                 self.items_resumed += 1
-                self.steps_resumed += ck.step
-                item = replace(item, resume=ck)
+                self.steps_resumed += entry.checkpoint.step
+                item = replace(item, resume=entry.checkpoint)
             out.append(item)
         return out
 
     def commit(self, item_id: str, worker_id: str, checkpoint: ItemCheckpoint, now: float) -> bool:
         """Keep ``checkpoint`` as the item's in-flight state. Only the current lease holder may
         commit, and only a step at least as far as the one held; a commit extends the lease."""
-        lease = self._leases.get(item_id)
-        held = self._checkpoints.get(item_id)
-        if lease is None or lease.worker_id != worker_id or (held and checkpoint.step < held.step):
+        entry = self._in[ItemState.LEASED].get(item_id)
+        held = entry.checkpoint if entry is not None else None
+        if entry is None or entry.worker_id != worker_id or (held and checkpoint.step < held.step):
             self.checkpoints_refused += 1
             return False
-        if len(checkpoint.trajectories) != len(lease.item.seeds):
+        if len(checkpoint.trajectories) != len(entry.item.seeds):
             raise ValueError(
                 f"item {item_id}: checkpoint has {len(checkpoint.trajectories)} trajectories,"
-                f" the item {len(lease.item.seeds)} samples"
+                f" the item {len(entry.item.seeds)} samples"
             )
-        self._checkpoints[item_id] = replace(checkpoint, worker_id=worker_id)
-        lease.expires_at = now + self.lease_s
+        entry.checkpoint = replace(checkpoint, worker_id=worker_id)
+        entry.expires_at = now + self.lease_s
         self.checkpoints_committed += 1
         return True
 
@@ -279,11 +336,11 @@ class WorkQueue:
         return [
             {
                 "item_id": i,
-                "kind": lease.item.kind,
-                "worker_id": lease.worker_id,
-                "committed_step": ck.step if (ck := self._checkpoints.get(i)) else 0,
+                "kind": e.item.kind,
+                "worker_id": e.worker_id,
+                "committed_step": e.checkpoint.step if e.checkpoint else 0,
             }
-            for i, lease in self._leases.items()
+            for i, e in self._in[ItemState.LEASED].items()
         ]
 
     def workers(self, now: float, within_s: float) -> dict[str, int]:
@@ -300,24 +357,23 @@ class WorkQueue:
             self._workers[worker_id] = (self._workers[worker_id][0], now)
             if self._workers[worker_id][0] == Pool.SPOT:
                 self._spot_seen = now
-        held = [lease for lease in self._leases.values() if lease.worker_id == worker_id]
-        for lease in held:
-            lease.expires_at = now + self.lease_s
+        held = self._held_by(worker_id)
+        for entry in held:
+            entry.expires_at = now + self.lease_s
         return len(held)
 
+    def _held_by(self, worker_id: str) -> list[_Entry]:
+        return [e for e in self._in[ItemState.LEASED].values() if e.worker_id == worker_id]
+
     def complete(self, result: ItemResult) -> bool:
-        """Record a result; False (and counted) when the item already has one or is unknown."""
-        item_id = result.item_id
-        if item_id in self._results:
+        """Record a result; False (and counted) when the item already has one or is unknown.
+        A pending item may complete too (its lease had expired, its holder finished)."""
+        entry = self._entry(result.item_id)
+        if entry is None or entry.state == ItemState.DONE:
             self.duplicates_ignored += 1
             return False
-        lease = self._leases.pop(item_id, None)
-        pending = self._pending.pop(item_id, None)
-        if lease is None and pending is None:
-            self.duplicates_ignored += 1
-            return False
-        self._results[item_id] = result
-        self._forget_item(item_id)
+        self._move(entry, ItemState.DONE)
+        entry.result = result
         return True
 
     def release(
@@ -336,76 +392,72 @@ class WorkQueue:
         for item_id, ck in (checkpoints or {}).items():
             self.commit(item_id, worker_id, ck, now)
         self._workers.pop(worker_id, None)
-        mine = [i for i, lease in self._leases.items() if lease.worker_id == worker_id]
-        for item_id in mine:
-            self._queue(self._leases.pop(item_id).item, now)
+        mine = self._held_by(worker_id)
+        for entry in mine:
+            self._move(entry, ItemState.PENDING, now)
         self.released += len(mine)
         return len(mine)
 
     def expire(self, now: float) -> int:
         """Return items whose lease ran out to the queue; returns how many."""
-        late = [i for i, lease in self._leases.items() if lease.expires_at <= now]
-        for item_id in late:
-            self._queue(self._leases.pop(item_id).item, now)
+        late = [e for e in self._in[ItemState.LEASED].values() if e.expires_at <= now]
+        for entry in late:
+            self._move(entry, ItemState.PENDING, now)
         self.leases_expired += len(late)
         return len(late)
 
+    # -- The driver's side -----------------------------------------------------------------
     def results(self, item_ids: Iterable[str]) -> dict[str, ItemResult]:
         """Finished results among ``item_ids``."""
-        return {i: self._results[i] for i in item_ids if i in self._results}
+        done = self._in[ItemState.DONE]
+        return {i: done[i].result for i in item_ids if i in done}
 
     def forget(self, item_ids: Iterable[str]) -> None:
         """Drop finished results the driver has consumed (keeps the actor's memory bounded)."""
+        done = self._in[ItemState.DONE]
         for i in item_ids:
-            self._results.pop(i, None)
+            done.pop(i, None)
 
     def drop(self, item_ids: Iterable[str]) -> int:
         """Withdraw items wherever they are (pending, leased or finished): a late completion of
         a leased one is then ignored. Returns how many were still pending or leased."""
         n = 0
         for i in item_ids:
-            n += (self._pending.pop(i, None) is not None) + (self._leases.pop(i, None) is not None)
-            self._results.pop(i, None)
-            self._forget_item(i)
+            entry = self._entry(i)
+            if entry is None:
+                continue
+            n += entry.state != ItemState.DONE
+            self._forget(entry)
         return n
 
     def cancel(self, kind: str | None = None) -> int:
         """Drop pending (not leased) items, of one kind or all; returns how many."""
-        gone = [i for i, (_, _, it) in self._pending.items() if kind is None or it.kind == kind]
-        for i in gone:
-            del self._pending[i]
-            self._forget_item(i)
+        pending = self._in[ItemState.PENDING]
+        gone = [e for e in pending.values() if kind is None or e.item.kind == kind]
+        for entry in gone:
+            self._forget(entry)
         return len(gone)
 
     def stats(self) -> dict[str, Any]:
         """Depth by kind, leases, results held and the exactly-once counters."""
         depth = dict.fromkeys(KIND_PRIORITY, 0)
-        for _, _, item in self._pending.values():
-            depth[item.kind] += 1
+        for entry in self._in[ItemState.PENDING].values():
+            depth[entry.item.kind] += 1
+        leased = self._in[ItemState.LEASED]
+        in_flight = [*self._in[ItemState.PENDING].values(), *leased.values()]
         return {
             "run_id": self.run_id,
             "pending": sum(depth.values()),
             "pending_by_kind": depth,
-            "leased": len(self._leases),
-            "results": len(self._results),
+            "leased": len(leased),
+            "results": len(self._in[ItemState.DONE]),
             "duplicates_ignored": self.duplicates_ignored,
             "leases_expired": self.leases_expired,
             "released": self.released,
             "notices": len(self._noticed),
-            "checkpoints_held": len(self._checkpoints),
+            "checkpoints_held": sum(e.checkpoint is not None for e in in_flight),
             "checkpoints_committed": self.checkpoints_committed,
             "checkpoints_refused": self.checkpoints_refused,
             "items_resumed": self.items_resumed,
             "steps_resumed": self.steps_resumed,
         }
-
-    def _queue(self, item: WorkItem, now: float) -> None:
-        # Keeps its kind's priority and its submission order: a returned item goes ahead of
-        # the items submitted after it.
-        self._pending[item.item_id] = (KIND_PRIORITY[item.kind], self._seq[item.item_id], item)
-        self._since[item.item_id] = now
-
-    def _forget_item(self, item_id: str) -> None:
-        self._checkpoints.pop(item_id, None)
-        self._since.pop(item_id, None)
-        self._seq.pop(item_id, None)

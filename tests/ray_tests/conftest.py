@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ray_tests.helpers import ray_options
-from spotlight.controller import local_resources
+from spotlight.job.options import local_resources
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests only (see ../shared RAY_NOTES)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from spotlight.config import Config
-from spotlight.controller import RayOptions
+from spotlight.job.options import RayOptions
 from spotlight.recipes import get_recipe
 
 

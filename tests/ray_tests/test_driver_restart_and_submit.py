@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from ray_tests.helpers import ray_options, smoke
-from spotlight.controller import local_resources
+from spotlight.job.options import local_resources
 from spotlight.loop import ReferenceLoop
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward

@@ -22,7 +22,7 @@ def _rows(path):
 
 
 def test_iterations_through_serve_train_and_actors_match_the_reference_loop(local_ray, tmp_path):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     cfg = smoke(iterations=2)
     prices = PriceTable(on_demand_usd_per_gpu_h=3.6, spot_discount=0.75)
@@ -68,7 +68,7 @@ def test_iterations_through_serve_train_and_actors_match_the_reference_loop(loca
 
 
 def test_two_data_parallel_train_workers_give_the_single_process_update(local_ray, tmp_path):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     cfg = smoke(iterations=1)
     run_ray(cfg, tmp_path, opts=ray_options(num_train_workers=2))
@@ -83,7 +83,7 @@ def test_two_data_parallel_train_workers_give_the_single_process_update(local_ra
 
 
 def test_a_cluster_without_sampler_capacity_is_refused_before_work(local_ray, tmp_path):
-    from spotlight.controller import check_capacity
+    from spotlight.job.cluster import check_capacity
 
     with pytest.raises(ValueError, match="trainer workers"):
         check_capacity(ray_options(num_train_workers=5))
@@ -97,7 +97,8 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
 
     code = (
         "import ray\n"
-        "from spotlight.controller import check_capacity, RayOptions\n"
+        "from spotlight.job.cluster import check_capacity\n"
+        "from spotlight.job.options import RayOptions\n"
         "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
         "try:\n"
         "    check_capacity(RayOptions(), autoscaling=True)\n"
@@ -110,7 +111,7 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
 
 def test_spot_exploration_picks_high_contrast_seeds_while_the_trainer_trains(local_ray, tmp_path):
     from spotlight.config import ExplorationConfig
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     explore = ExplorationConfig(mode="spot", budget_scale=100.0, max_candidates=16)
     # At idle priority the replicas would get no CPU while the trainer trains on these shared
@@ -133,7 +134,7 @@ def test_spot_exploration_picks_high_contrast_seeds_while_the_trainer_trains(loc
 
 def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp_path):
     from spotlight.config import ExplorationConfig
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
     run_ray(smoke(iterations=1, exploration=explore), tmp_path, opts=ray_options())
@@ -152,7 +153,7 @@ def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
     reward's models from ``reward_model``, and the run equals the reference loop's."""
     from tiny_hf.recipes import save_tiny_models, tiny_recipe
 
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     cfg = tiny_recipe("qwen-image-geneval-512", save_tiny_models(tmp_path_factory.mktemp("m")))
     run_ray(cfg, tmp_path, opts=ray_options())
@@ -174,7 +175,7 @@ def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, t
     bits whoever samples a seed)."""
     import dataclasses
 
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     cfg = smoke(iterations=2)
     cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))

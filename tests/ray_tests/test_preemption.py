@@ -13,7 +13,7 @@ import torch
 
 from spotlight.actors import names
 from spotlight.config import SamplerConfig
-from spotlight.local_cluster import head_resources
+from spotlight.job.local_cluster import head_resources
 from spotlight.work_queue import SpillPolicy, WorkItem
 
 pytestmark = pytest.mark.slow

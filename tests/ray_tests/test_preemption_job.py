@@ -46,7 +46,7 @@ def _same_learning(a, b):
 
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     out = tmp_path_factory.mktemp("plain") / "run"
     run_ray(_cfg(), out, opts=ray_options())
@@ -54,7 +54,7 @@ def plain_run(tmp_path_factory):
 
 
 def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_run, tmp_path):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     out = tmp_path / "trace"
     opts = ray_options(
@@ -104,7 +104,7 @@ def _strike_mid_run(out, strike) -> tuple[threading.Thread, threading.Event]:
 def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path):
     import ray
 
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     out = tmp_path / "restart"
 
@@ -135,7 +135,7 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(
     import psutil
     import ray
 
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     out = tmp_path / "sp"
     seen: dict[str, int] = {}
@@ -186,7 +186,7 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(
 
 
 def test_bad_preemption_options_fail_before_ray_starts(tmp_path):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     with pytest.raises(FileNotFoundError, match="shipped traces"):
         run_ray(_cfg(), tmp_path / "a", opts=ray_options(spot_trace="nope.json"))

@@ -61,10 +61,19 @@ def test_a_closed_pipe_ends_quietly():
 
 def test_spotlight_train_without_flags_asks_for_the_dataclass_defaults():
     from spotlight.cli import build_parser, ray_options_from_args
-    from spotlight.controller import RayOptions
+    from spotlight.job.options import RayOptions
 
     args = build_parser().parse_args(["train"])
     assert ray_options_from_args(args) == RayOptions()
     assert ray_options_from_args(build_parser().parse_args(["train", "--no-wandb"])) == (
         RayOptions(wandb=False)
     )
+
+
+def test_an_out_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    taken = tmp_path / "report"
+    taken.write_text("not a folder")
+    args = ["simulate", "--scenario", "small", "--systems", "spotlight", "--out", str(taken)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spotlight: error:") and str(taken) in err and "Traceback" not in err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from spotlight.ray_logs import RayLogRoute, echo_worker_line, source_of
+from spotlight.job.ray_logs import RayLogRoute, echo_worker_line, source_of
 
 
 def test_the_project_s_lines_and_its_processes_errors_reach_the_terminal():

@@ -207,7 +207,7 @@ def test_flow_grpo_trains_only_window_steps(small_policy, monkeypatch):
 
 
 def test_the_ray_runner_refuses_shared_init_noise_before_ray_starts(tmp_path):
-    from spotlight.controller import run_ray
+    from spotlight.job.run import run_ray
 
     cfg = dataclasses.replace(FAST, sampler=dataclasses.replace(CFG, group_init_noise=True))
     with pytest.raises(ValueError, match="group_init_noise is not supported by the Ray runner"):

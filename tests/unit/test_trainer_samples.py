@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from spotlight.controller import Controller, RayOptions, _ledger_pool
+from spotlight.job.queue_client import ledger_pool
+from spotlight.rollout import samplers_rate
 from spotlight.work_queue import ItemResult, Pool
 
 
@@ -15,11 +14,7 @@ def _result(pool: str, samples: int, busy_s: float) -> ItemResult:
 
 
 def _rate(results, samples, sample_s, trainer_samples, pools):
-    fake = SimpleNamespace(
-        opts=RayOptions(trainer_samples=trainer_samples),
-        queue_stats={"workers_by_pool": pools},
-    )
-    return Controller._samplers_rate(fake, results, samples, sample_s)
+    return samplers_rate(results, samples, sample_s, trainer_samples, pools)
 
 
 def test_without_the_trainer_the_rate_is_the_rollouts():
@@ -39,5 +34,5 @@ def test_with_the_trainer_the_rate_is_the_replicas_own_times_their_number():
 
 
 def test_the_trainers_busy_time_is_on_demand_time():
-    assert _ledger_pool(Pool.TRAINER) == Pool.ON_DEMAND
-    assert _ledger_pool(Pool.SPOT) == Pool.SPOT
+    assert ledger_pool(Pool.TRAINER) == Pool.ON_DEMAND
+    assert ledger_pool(Pool.SPOT) == Pool.SPOT

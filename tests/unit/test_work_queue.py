@@ -2,7 +2,7 @@
 
 import pytest
 
-from spotlight.work_queue import ItemResult, WorkItem, WorkQueue
+from spotlight.work_queue import ItemResult, ItemState, WorkItem, WorkQueue
 
 
 def item(i, kind="rollout"):
@@ -265,3 +265,27 @@ def test_trainer_workers_take_rollout_items_at_once_and_are_not_spot_capacity():
     q.submit([item(3)], now=40.0)
     q.pull("trainer-0", 0, now=40.0, kinds=[Kind.ROLLOUT], pool=Pool.TRAINER)
     assert len(q.pull("od", 1, now=40.0, pool=Pool.ON_DEMAND)) == 1
+
+
+def test_an_item_moves_through_explicit_states():
+    q = WorkQueue(lease_s=10.0)
+    q.submit([item(0), item(1), item(2)])
+    assert q.state("rollout-0") == ItemState.PENDING and q.state("nope") is None
+    q.pull("w", 1, now=0.0)
+    assert q.state("rollout-0") == ItemState.LEASED
+    q.expire(now=11.0)  # the lease ran out: back in line
+    assert q.state("rollout-0") == ItemState.PENDING
+    q.pull("w", 1, now=11.0)
+    assert q.complete(result("rollout-0"))
+    assert q.state("rollout-0") == ItemState.DONE and q.results(["rollout-0"])
+    q.forget(["rollout-0"])
+    assert q.state("rollout-0") is None and q.submit([item(0)]) == 1  # forgotten: new again
+    (pulled,) = q.pull("v", 1, now=12.0)  # resubmitted last, rollout-0 is now behind 1 and 2
+    assert pulled.item_id == "rollout-1" and q.state("rollout-1") == ItemState.LEASED
+    assert q.release("v", now=13.0) == 1 and q.state("rollout-1") == ItemState.PENDING
+    assert q.cancel() == 3  # the three pending items
+    assert {q.state(f"rollout-{i}") for i in range(3)} == {None}
+    q.submit([item(5)])
+    q.pull("w", 1, now=14.0)
+    assert q.drop(["rollout-5"]) == 1 and q.state("rollout-5") is None
+    assert not q.complete(result("rollout-5"))  # a late completion of a dropped item

@@ -52,14 +52,17 @@ class TrainerSampler:
         if self.reward is None:
             from ray import serve
 
-            self.reward = serve.get_deployment_handle("RewardScorer", app_name=APP_NAME)
+            from spotlight.actors import names
+
+            self.reward = serve.get_deployment_handle("RewardScorer", app_name=names.SERVE_APP)
         return self.reward
 
-    def wait(self, queue, key: str, version: int, timeout_s: float, repost=None) -> Any:
-        """The value posted under ``key``; meanwhile sample the rollout items of ``version``
-        that the queue has (``repost`` as in ``trainer._wait_mailbox``)."""
-        from spotlight.trainer import repost_if_restarted
+    def wait(self, queue, iteration: int, version: int, timeout_s: float, repost=None) -> Any:
+        """The batch posted for ``iteration``; meanwhile sample the rollout items of
+        ``version`` that the queue has (``repost`` as in ``protocol.wait_batch``)."""
+        from spotlight.job.protocol import repost_if_restarted, train_batch_key
 
+        key = train_batch_key(iteration)
         deadline = time.monotonic() + timeout_s
         while True:
             value = ray.get(queue.wait_post.remote(key, 0.0))
@@ -125,8 +128,3 @@ class TrainerSampler:
             sp_degree=1,
             weights_load_s=0.0,
         )
-
-
-APP_NAME = "spotlight"
-"""The Serve application of the job (``controller.APP_NAME``; here to keep the trainer's
-imports free of the driver's module)."""

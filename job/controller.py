@@ -1,0 +1,470 @@
+"""The Ray job's driver: one iteration as the five steps of docs/design.md.
+
+``spotlight train`` runs :func:`spotlight.job.run.run_ray`, which makes a :class:`Controller`
+and calls :meth:`Controller.iteration` once per iteration:
+
+1. ``_seeds_chosen``: the seeds of the iteration's prompts. Spot exploration chose them during
+   the last update; ``critical_path`` explores now, on the fresh weights, and trains on the
+   selected samples directly; otherwise none (the reference loop's random seeds);
+2. ``_rollout``: sample the rest as work items on weights ``v_t``: sampler replicas pull them
+   from the request queue, the reward deployment scores them; ``_advantages``: the planner
+   learns from the rewards and the group advantages are computed;
+3. ``_post_batch``: the training batch goes to the trainer (:mod:`.protocol`);
+4. ``_explore_next``: (``spot``) exploration items for the next iteration's prompts on ``v_t``,
+   sized by the planner to the predicted training time;
+5. ``_await_update``: the trainer's update (weights ``v_t + 1``); what exploration finished
+   meanwhile selects the next iteration's seeds.
+
+The arithmetic is pure and shared with the local loop (``spotlight.rollout``,
+``spotlight.loop``, ``spotlight.exploration``); the queue's plumbing is :mod:`.queue_client`.
+A restarted driver (``--resume DIR``) continues after the last checkpointed iteration: the
+trainer starts from that checkpoint and publishes its version, finished queue items of the
+interrupted iteration are reused (their ids are deterministic), nothing is trained twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from spotlight.config import Config
+from spotlight.costs import Ledger
+from spotlight.job import launch, protocol
+from spotlight.job.options import RayOptions
+from spotlight.job.queue_client import QueueClient
+from spotlight.loop import iteration_batch, metrics_row, prompt_sets, score_groups, update_seed
+from spotlight.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
+from spotlight.run_folder import CKPT_DIR, atomic, read_checkpoint_state, sha256, write_json
+from spotlight.work_queue import Kind, Pool
+
+BANDIT_FILE = "bandit_state.json"
+"""The planner's statistics, saved by the bandit-state actor inside the run folder."""
+
+QUEUE_COUNTERS = (
+    "preemptions",
+    "preemption_notices",
+    "items_resumed",
+    "steps_resumed",
+    "items_released",
+    "leases_expired",
+    "duplicates_ignored",
+)
+"""Run counters kept by the queue actor (or the injector): carried over by a resumed driver."""
+
+
+def run_id_of(out_dir: Path, cfg: Config) -> str:
+    """Identifies a run across driver restarts (same folder, same recipe)."""
+    return hashlib.sha256(f"{out_dir.resolve()}|{cfg.recipe}".encode()).hexdigest()[:16]
+
+
+def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
+    return new if old is None else weight * new + (1 - weight) * old
+
+
+class Controller:
+    """State of one driver process (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        out_dir: Path,
+        opts: RayOptions,
+        log: TextIO | None,
+        injector=None,
+    ):
+        from spotlight.planner import Planner
+
+        self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
+        self.injector = injector
+        self.created = time.monotonic()
+        """GPU time is held from here: the first wait accounts the time since."""
+        self.run_id = run_id_of(out_dir, cfg)
+        self.train_prompts, self.val_prompts = prompt_sets(cfg)
+        self.ledger = Ledger(opts.prices)
+        self.queue: QueueClient | None = None
+        """The request queue (after :meth:`start`)."""
+        self._counter_base: dict[str, int] = {}
+        """Counters a resumed run carried over, when the queue's own were lost."""
+        self.planner = Planner(cfg.exploration, cfg.grpo.group_size)
+        self.next_selection = None
+        """Seeds chosen by the exploration that ran during the last update (spot mode)."""
+        self.next_explore_metrics: dict[str, Any] = {}
+        self._train_s: float | None = None
+        """Measured (EMA) trainer update time: the exploration budget's time."""
+        self._last_sample_s: float | None = None
+        """Before the first update is measured, the rollout's time stands in for it."""
+        self._rate: float | None = None
+        """Measured (EMA) sampling throughput, samples/s: the budget's rate."""
+        self._pending_optimizer: bytes | None = None
+        """The optimizer state of the last update, written by the next checkpoint."""
+        self.val_samples: tuple = (None, [], [])
+        """Images, prompts and seeds of the last validation's first item (logged to W&B)."""
+
+    # -- Setup ---------------------------------------------------------------------------
+    def start(self, resume: bool) -> tuple[int, int]:
+        """Actors, Serve app and trainer; returns (iterations done, weights version)."""
+        import ray
+
+        from spotlight.actors.handles import ensure_actors
+
+        self.actors = ensure_actors(
+            bandit_path=str((self.out_dir / BANDIT_FILE).resolve()), lease_s=self.opts.lease_s
+        )
+        self.queue = QueueClient(
+            self.actors, self.run_id, self.opts, self.ledger, self.log, self.injector, self.created
+        )
+        kept = self.queue.open()
+        ray.get(self.actors.queue.clear_mailbox.remote())
+        ray.get(self.actors.broadcast.clear.remote())
+        ray.get(self.actors.queue.cancel.remote())
+        start, version, initial = 0, 0, None
+        if resume:
+            start, version, initial = self._load_checkpoint()
+            if kept:  # the queue's counters went on counting this run
+                self._counter_base = {}
+        self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
+        from spotlight import progress
+
+        progress.line(
+            self.log,
+            f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
+            f"replica(s), {self.opts.num_train_workers} trainer worker(s)"
+            + ("; reusing the queue's finished items" if kept else ""),
+        )
+        launch.start_serve(self.cfg, self.opts, self.injector is not None, self.log)
+        self.queue.trainer = launch.start_trainer(
+            self.cfg, self.opts, self.out_dir, self.run_id, start, version, initial
+        )
+        return start, version
+
+    # -- One iteration -------------------------------------------------------------------
+    def iteration(self, it: int, version: int) -> dict[str, Any]:
+        """One iteration: the five steps of docs/design.md as named calls (the module docstring
+        has them in words, :mod:`.protocol` the messages they exchange with the trainer)."""
+        t0 = time.perf_counter()
+        self.queue.wait_version(version)  # the weights v_t are published
+        prompts, seeds = iteration_batch(self.cfg, self.train_prompts, it)
+        selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
+        plan = plan_rollout(  # 1. the batch, with exploration's seeds in place
+            prompts,
+            seeds,
+            self.cfg.grpo.group_size,
+            selection.seeds if selection is not None else None,
+            set(selection.trajectories) if selection is not None else set(),
+        )
+        results, rewards, trajectories = self._rollout(plan, selection, it, version)  # 2.
+        advantages, group_stats = self._advantages(plan, rewards, selection, extra, it)
+        t1 = time.perf_counter()
+        sample_s = self._last_sample_s = t1 - t0
+        rate = samplers_rate(
+            results.values(),
+            len(plan.to_sample),
+            sample_s,
+            self.opts.trainer_samples,
+            self.queue.stats.get("workers_by_pool", {}),
+        )
+        if rate is not None:
+            self._rate = _ema(self._rate, rate)
+        self._post_batch(it, trajectories, advantages)  # 3. the trainer trains on it
+        exploration = self._explore_next(it, version)  # 4. exploration meanwhile
+        update = self._await_update(it, exploration)  # 5. the next weights
+        return self._metrics(it, update, group_stats, len(trajectories), results, extra, t1)
+
+    def _seeds_chosen(self, it: int, version: int, unique: list[str]):
+        """Step 1's seeds: the critical path explores now; spot exploration chose them during
+        the last update; otherwise none (random seeds). Returns (selection or None, metrics)."""
+        mode = self.cfg.exploration.mode
+        selection, extra = None, {}
+        if mode == "critical_path":  # explore with the fresh weights, then use the best
+            selection, extra = self._explore_now(it, version, unique, self._budget())
+        elif mode == "spot" and self.next_selection is not None:
+            selection, extra = self.next_selection, dict(self.next_explore_metrics)
+        self.next_selection, self.next_explore_metrics = None, {}
+        return selection, extra
+
+    def _rollout(self, plan: RolloutPlan, selection, it: int, version: int):
+        """Step 2: sample what is not sampled yet (critical-path selections are on these
+        weights); returns the items' results and the batch's rewards and trajectories."""
+        items = self._chunk_items(plan.to_sample, f"r{it}-v{version}", Kind.ROLLOUT, it, version)
+        results = self.queue.run_items(items, f"iteration {it + 1} rollout") if items else {}
+        rolled_r = [r for item in items for r in results[item.item_id].rewards]
+        rolled_t = [t for item in items for t in results[item.item_id].trajectories]
+        sel_r = {p: selection.selected_rewards[p] for p in plan.reused}
+        sel_t = {p: selection.trajectories[p] for p in plan.reused}
+        return results, plan.assemble(rolled_r, sel_r), plan.assemble(rolled_t, sel_t)
+
+    def _advantages(self, plan: RolloutPlan, rewards, selection, extra, it: int):
+        """The planner learns from the rollout's rewards, the stale/fresh rank agreement of the
+        explored seeds is measured, and the group advantages are computed."""
+        import torch
+
+        from spotlight.exploration import rank_preservation
+
+        g = plan.group
+        per_prompt = [(p, rewards[b * g : (b + 1) * g]) for b, p in enumerate(plan.prompts)]
+        for prompt, rs in per_prompt:
+            self.planner.note_rollout(prompt, rs)
+        if self.cfg.exploration.mode == "spot" and selection is not None:
+            extra["rank_spearman_stale_fresh"] = rank_preservation(
+                {p: selection.selected_rewards[p] for p in selection.seeds}, dict(per_prompt)
+            )
+        return score_groups(torch.tensor(rewards, dtype=torch.float32), self.cfg, it)
+
+    def _post_batch(self, it: int, trajectories, advantages) -> None:
+        """Step 3: post the training batch where the trainer waits for it."""
+        batch = {
+            "trajectories": trajectories,
+            "advantages": advantages.flatten().tolist(),
+            "seed": update_seed(self.cfg, it),
+        }
+        protocol.post_batch(self.queue, it, batch)
+
+    def _explore_next(self, it: int, version: int):
+        """Step 4: spot exploration of the next iteration's prompts, on these weights."""
+        if self.cfg.exploration.mode == "spot" and it + 1 < self.cfg.num_iterations:
+            return self._submit_exploration(it + 1, version)
+        return None
+
+    def _await_update(self, it: int, exploration) -> dict[str, Any]:
+        """Step 5: the trainer's update (its weights published, its optimizer state posted),
+        then what exploration finished meanwhile; the planner's state is saved."""
+        import ray
+
+        update = protocol.await_update(self.queue, it)
+        self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
+        self._train_s = _ema(self._train_s, update["train_s"])
+        self._pending_optimizer = ray.get(update["optimizer"][0])
+        if exploration is not None:
+            self._collect_exploration(exploration, update["weights_version"])
+        ray.get(self.actors.bandit.update.remote({"planner": self.planner.to_dict()}))
+        return update
+
+    def _metrics(self, it, update, group_stats, num_samples, results, extra, t1) -> dict:
+        """The iteration's metrics row (``loop.metrics_row``, as the local loop's) and the
+        Ray job's own figures."""
+        loss = {
+            k: v
+            for k, v in update.items()
+            if k not in ("iteration", "weights_version", "train_s", "world_size", "optimizer")
+        }
+        t2 = time.perf_counter()
+        row = metrics_row(
+            it,
+            update["weights_version"],
+            group_stats,
+            num_samples,
+            self._last_sample_s,
+            t2 - t1,
+            loss,
+        )
+        loads = [r.weights_load_s for r in results.values() if r.weights_load_s > 0]
+        return {
+            **row,
+            "trainer_update_s": update["train_s"],
+            "weights_load_s_max": max(loads, default=0.0),
+            "sp_degree_max": max((r.sp_degree for r in results.values()), default=1),
+            "sp_degree_min": min((r.sp_degree for r in results.values()), default=1),
+            "exploration": self.cfg.exploration.mode,
+            **extra,
+        }
+
+    # -- Exploration ---------------------------------------------------------------------
+    def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int) -> list:
+        """``flat`` (prompt, seed) samples as work items of ``sampler.batch_size``."""
+        from spotlight.work_queue import WorkItem
+
+        return [
+            WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss)
+            for k, (ps, ss) in enumerate(chunks(flat, self.cfg.sampler.batch_size))
+        ]
+
+    def _budget(self) -> int:
+        """This iteration's exploration budget: ``budget_seeds`` when fixed; else, for
+        ``critical_path``, the cap; for ``spot``, the seeds the replicas can sample during the
+        predicted training time (both measured)."""
+        from spotlight.planner import exploration_budget
+
+        xcfg = self.cfg.exploration
+        if xcfg.budget_seeds:
+            return min(xcfg.budget_seeds, xcfg.max_seeds_per_iteration)
+        if xcfg.mode == "critical_path":  # best-of-N: as much as it takes
+            return xcfg.max_seeds_per_iteration
+        train_s = self._train_s if self._train_s is not None else self._last_sample_s
+        return exploration_budget(
+            xcfg.budget_scale * (train_s or 0.0), self._rate or 0.0, xcfg.max_seeds_per_iteration
+        )
+
+    def _submit_exploration(self, it: int, version: int):
+        """Plan and queue the exploration of iteration ``it``'s prompts on weights ``version``."""
+        from spotlight.exploration import Exploration
+
+        cfg = self.cfg
+        unique = iteration_batch(cfg, self.train_prompts, it)[0][:: cfg.grpo.group_size]
+        budget = self._budget()
+        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        self.queue.submit(exp.work_items(cfg.seed, cfg.sampler.batch_size))
+        return exp
+
+    def _collect_exploration(self, exp, fresh_version: int) -> None:
+        """Take what finished (unfinished items are withdrawn), select, learn."""
+        from spotlight.exploration import select_groups
+
+        ids = exp.all_item_ids()
+        if self.cfg.exploration.budget_seeds and ids:  # a fixed budget is explored in full
+            self.queue.wait_all(ids, f"iteration {exp.iteration + 1} exploration")
+        results = self.queue.collect(ids)
+        sel = select_groups(
+            exp,
+            results,
+            self.cfg.grpo.group_size,
+            fresh_version,
+            self.cfg.exploration.max_staleness,
+        )
+        for prompt, rewards in sel.explored.items():
+            self.planner.observe(prompt, rewards)
+        self.next_selection = sel
+        self.next_explore_metrics = {
+            **sel.metrics(),
+            "explore_budget_predicted": exp.budget,
+            "explore_budget_used": sel.seeds_explored,
+            "explore_weights_version": exp.weights_version,
+        }
+
+    def _explore_now(self, it: int, version: int, unique: list[str], budget: int):
+        """Critical-path exploration: explore on ``version`` and wait for all of it."""
+        from spotlight.exploration import Exploration, select_groups
+
+        cfg = self.cfg
+        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
+        results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
+        sel = select_groups(
+            exp, results, cfg.grpo.group_size, version, cfg.exploration.max_staleness, True
+        )
+        for prompt, rewards in sel.explored.items():
+            self.planner.observe(prompt, rewards)
+        return sel, {
+            **sel.metrics(),
+            "explore_budget_predicted": budget,
+            "explore_budget_used": sel.seeds_explored,
+        }
+
+    # -- Validation, counters, checkpoints -----------------------------------------------
+    def evaluate(self, it: int, version: int) -> float:
+        """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
+        self.queue.wait_version(version)
+        flat = [(p, s) for p in self.val_prompts for s in range(self.cfg.num_val_seeds)]
+        items = self._chunk_items(flat, f"v{it}-v{version}", Kind.VAL, it, version)
+        results = self.queue.run_items(items, f"validation at v{version}")
+        rewards = [r for item in items for r in results[item.item_id].rewards]
+        first = results[items[0].item_id]
+        self.val_samples = (first.images, list(items[0].prompts), list(items[0].seeds))
+        return sum(rewards) / len(rewards)
+
+    def fault_counters(self) -> dict[str, Any]:
+        """Preemptions and what the queue did about them, for metrics.jsonl and summary.json.
+
+        ``preemptions``: nodes the trace replay took away (locally), else the replicas that
+        reported a notice. ``items_resumed`` / ``steps_resumed``: items continued from a
+        committed checkpoint, and the denoising steps that saved. ``items_lost``: items whose
+        result never came (0 unless a run fails)."""
+        q = self.queue
+        s = q.stats
+        inj = self.injector
+        base = self._counter_base
+        out = {
+            "preemptions": inj.stats.preemptions if inj else s.get("notices", 0),
+            "preemption_notices": inj.stats.notices if inj else s.get("notices", 0),
+            "items_resumed": s.get("items_resumed", 0),
+            "steps_resumed": s.get("steps_resumed", 0),
+            "items_released": s.get("released", 0),
+            "leases_expired": s.get("leases_expired", 0),
+            "items_reused": q.items_reused,
+            "items_lost": q.items_lost,
+            "duplicates_ignored": s.get("duplicates_ignored", 0),
+            "queue_restarts": q.restarts,
+        }
+        for k in QUEUE_COUNTERS:
+            out[k] += base.get(k, 0)
+        if inj is not None:
+            out["spot_nodes"] = len(inj.nodes.nodes)
+        return out
+
+    def save_checkpoint(self, done: int, version: int) -> None:
+        """The commit of ``done`` iterations: weights ``version`` (verified), the optimizer,
+        the ledger, the next iteration's explored seeds and the counters."""
+        import ray
+
+        from spotlight.weights import unpack_state
+
+        ckpt = self.out_dir / CKPT_DIR
+        ckpt.mkdir(exist_ok=True)
+        header, (ref,) = ray.get(self.actors.broadcast.get.remote(version))
+        data = ray.get(ref)
+        unpack_state(data, header)  # verify before it becomes the run's checkpoint
+        atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
+        opt = self._pending_optimizer
+        atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
+        write_json(
+            ckpt / "state.json",
+            {
+                "iterations_done": done,
+                "weights_version": version,
+                "recipe": self.cfg.recipe,
+                "policy_sha256": sha256(ckpt / "policy.safetensors"),
+                "ledger": self.ledger.to_dict(),
+                "next_selection": self._selection_state(),
+                "counters": self.fault_counters(),
+            },
+        )
+
+    def _selection_state(self) -> dict[str, Any] | None:
+        """The next iteration's explored seeds: a resumed driver rolls out the same ones."""
+        sel = self.next_selection
+        if sel is None:
+            return None
+        return {
+            "seeds": sel.seeds,
+            "explored": sel.explored,
+            "selected_rewards": sel.selected_rewards,
+            "fallback_prompts": sel.fallback_prompts,
+            "seeds_explored": sel.seeds_explored,
+            "metrics": self.next_explore_metrics,
+        }
+
+    def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, bytes]]:
+        state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
+        ckpt = self.out_dir / CKPT_DIR
+        nxt = state.get("next_selection")
+        if nxt:
+            from spotlight.exploration import Selection
+
+            self.next_selection = Selection(
+                nxt["seeds"],
+                nxt["explored"],
+                nxt["selected_rewards"],
+                nxt["fallback_prompts"],
+                nxt["seeds_explored"],
+            )
+            self.next_explore_metrics = nxt["metrics"]
+        if "ledger" in state:
+            self.ledger.load(state["ledger"])
+            c = state.get("counters", {})
+            self.queue.items_reused = c.get("items_reused", 0)
+            self.queue.items_lost = c.get("items_lost", 0)
+            self.queue.restarts = c.get("queue_restarts", 0)
+            self._counter_base = {k: v for k, v in c.items() if k in QUEUE_COUNTERS}
+        initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
+        return state["iterations_done"], state["weights_version"], initial
+
+    def stop_trainer(self, next_it: int) -> None:
+        """End the trainer's loop early (the run stopped after ``next_it - 1`` iterations):
+        the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
+        if next_it < self.cfg.num_iterations:  # else its loop ends by itself
+            protocol.post_stop(self.queue, next_it)
+
+    def finish(self) -> None:
+        if self.queue is not None and self.queue.trainer is not None:
+            self.queue.trainer.join()

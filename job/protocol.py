@@ -1,0 +1,124 @@
+"""The driver <-> trainer protocol: how the controller and the Ray Train workers keep in step.
+
+They are two loops in two places: the controller (the driver process) and the Ray Train
+workers (on the on-demand GPUs). They meet in two detached actors: the ``WeightBroadcast``
+(versioned weights) and a small mailbox in the ``RequestQueue`` actor (``post`` / ``wait_post``
+/ ``take``, values keyed by the strings below; large values travel as ``[ObjectRef]``). Both
+ends are in this module. One iteration ``t``, on weights version ``v``::
+
+    controller                                     trainer (rank 0 posts and publishes)
+    ----------                                     ------------------------------------
+                                                   publish weights v (at start: its first)
+    wait until weights v are published   <------
+    roll out on v (queue items, replicas)          wait for train/t (meanwhile, with
+                                                   trainer_samples, sample rollout items)
+    post train/t = [ref(batch)]          ------>   update on the batch
+    explore the next prompts on v                  publish weights v + 1
+    wait for update/t                    <------   post update/t = {stats, [ref(optimizer)]}
+    take train/t and update/t                      report a Ray Train checkpoint
+    checkpoint the run (weights v + 1, optimizer, counters), then iteration t + 1
+
+    stop before num_iterations:
+    post train/n = STOP_BATCH            ------>   every worker's loop ends
+
+What a restart does:
+
+- **The queue actor** restarts with no state (``max_restarts=-1``): its mailbox is empty and
+  its ``incarnation`` is new. The controller's next ``stats`` call sees no run, reopens it and
+  re-posts ``train/t`` if unanswered (``QueueClient``). The trainer, while it waits, compares
+  the incarnation with the one of its last post and re-posts ``update/t`` (:func:`
+  repost_if_restarted`). Neither waits for a message the other already sent.
+- **A trainer worker** fails: Ray Train restarts the workers from their last reported
+  checkpoint (iteration and weights); rank 0 publishes that version again and they wait for
+  the next ``train/<t>``, which stays posted until the controller takes it.
+- **The driver** restarts (``--resume``): it clears the mailbox and the broadcast, and starts a
+  new trainer from the run's own checkpoint, which publishes its version first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+MAILBOX_WAIT_S = 5.0
+"""Long-poll slice of the trainer's wait for its next batch."""
+
+STOP_BATCH = {"stop": True}
+"""Posted as a training batch by a driver that ends the run early: the trainer's loop ends."""
+
+
+def train_batch_key(iteration: int) -> str:
+    return f"train/{iteration}"
+
+
+def update_key(iteration: int) -> str:
+    return f"update/{iteration}"
+
+
+# -- The controller's end (through its QueueClient) ---------------------------------------
+def post_batch(client, iteration: int, batch: dict[str, Any]) -> None:
+    """Post the training batch of ``iteration`` (re-posted after a queue restart until the
+    update answers it)."""
+    import ray
+
+    client.post(train_batch_key(iteration), [ray.put(batch)])
+
+
+def await_update(client, iteration: int) -> dict[str, Any]:
+    """The trainer's update of ``iteration`` (its weights are published by then); the
+    exchange's two messages leave the mailbox."""
+    update = client.wait_post(
+        update_key(iteration),
+        f"update of iteration {iteration}",
+        f"iteration {iteration + 1}: the trainer's update",
+    )
+    client.answered(train_batch_key(iteration), update_key(iteration))
+    return update
+
+
+def post_stop(client, iteration: int) -> None:
+    """End the trainer's loop, which waits for the batch of ``iteration``."""
+    import ray
+
+    client.post(train_batch_key(iteration), [ray.put(STOP_BATCH)], repost=False)
+
+
+# -- The trainer's end (rank 0 posts; every rank reads) ------------------------------------
+def wait_batch(queue, iteration: int, timeout_s: float, last_post=None) -> Any:
+    """The value posted as ``iteration``'s batch. ``last_post = (incarnation, key, value)``: the
+    trainer's last post, re-posted if the queue restarted since (:func:`repost_if_restarted`)."""
+    import ray
+
+    key = train_batch_key(iteration)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = ray.get(queue.wait_post.remote(key, MAILBOX_WAIT_S))
+        if value is not None:
+            return value
+        last_post = repost_if_restarted(queue, last_post)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
+
+
+def post_update(queue, iteration: int, update: dict[str, Any]) -> tuple[str, str, Any]:
+    """Post ``iteration``'s update; returns the ``last_post`` to re-post after a restart."""
+    import ray
+
+    incarnation = ray.get(queue.incarnation.remote())
+    ray.get(queue.post.remote(update_key(iteration), update))
+    return (incarnation, update_key(iteration), update)
+
+
+def repost_if_restarted(queue, last_post):
+    """``last_post = (incarnation, key, value)``: the trainer's last post. When the queue
+    actor has restarted since (a new incarnation: its mailbox is gone), post it again; returns
+    the ``last_post`` to keep (None stays None)."""
+    import ray
+
+    if last_post is None:
+        return None
+    now = ray.get(queue.incarnation.remote())
+    if now != last_post[0]:
+        ray.get(queue.post.remote(last_post[1], last_post[2]))
+        return (now, last_post[1], last_post[2])
+    return last_post

@@ -1,0 +1,118 @@
+"""The driver <-> trainer protocol (job/protocol.py) and the queue client's restart handling,
+against an in-memory request queue: no Ray, milliseconds."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from spotlight.costs import Ledger, PriceTable
+from spotlight.job import protocol
+from spotlight.job.options import RayOptions
+from spotlight.job.queue_client import QueueClient
+
+
+class _Call:
+    def __init__(self, fn):
+        self.remote = fn  # ray.get is the identity here, so .remote() returns the value
+
+
+class FakeQueue:
+    """The RequestQueue actor's mailbox and run: what the protocol uses of it."""
+
+    def __init__(self):
+        self.mailbox: dict = {}
+        self.run_id = None
+        self.generation = 0
+        self.submitted: list = []
+        for name in ("post", "wait_post", "take", "incarnation", "open_run", "configure"):
+            setattr(self, name, _Call(getattr(self, "_" + name)))
+        self.stats = _Call(lambda: {"run_id": self.run_id, "workers_by_pool": {}})
+        self.submit = _Call(lambda items: self.submitted.extend(items) or len(items))
+
+    def restart(self) -> None:
+        """What ``max_restarts=-1`` does: a new actor with no state."""
+        self.mailbox.clear()
+        self.run_id = None
+        self.generation += 1
+
+    def _post(self, key, value):
+        self.mailbox[key] = value
+
+    def _wait_post(self, key, wait_s):
+        return self.mailbox.get(key)
+
+    def _take(self, key):
+        return self.mailbox.pop(key, None)
+
+    def _incarnation(self):
+        return f"incarnation-{self.generation}"
+
+    def _open_run(self, run_id):
+        kept, self.run_id = self.run_id == run_id, run_id
+        return kept
+
+    def _configure(self, lease_s, spill):
+        pass
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "get", lambda x: x)
+    monkeypatch.setattr(ray, "put", lambda x: ("ref", x))
+    return FakeQueue()
+
+
+def _client(queue) -> QueueClient:
+    actors = SimpleNamespace(queue=queue)
+    client = QueueClient(actors, "run-1", RayOptions(), Ledger(PriceTable()), None)
+    client.open()
+    return client
+
+
+def test_one_iteration_of_the_hand_off(queue):
+    client = _client(queue)
+    protocol.post_batch(client, 0, {"seed": 7})
+    (batch,) = protocol.wait_batch(queue, 0, timeout_s=1.0)
+    assert batch == ("ref", {"seed": 7})
+    last = protocol.post_update(queue, 0, {"weights_version": 1})
+    assert last == ("incarnation-0", "update/0", {"weights_version": 1})
+    assert protocol.await_update(client, 0) == {"weights_version": 1}
+    assert queue.mailbox == {}  # both messages taken: nothing left to re-post
+    assert client._posted is None
+
+
+def test_a_stop_batch_ends_the_trainer_and_is_not_re_posted(queue):
+    client = _client(queue)
+    protocol.post_stop(client, 3)
+    (batch,) = protocol.wait_batch(queue, 3, timeout_s=1.0)
+    assert batch == ("ref", protocol.STOP_BATCH)
+    assert client._posted is None
+
+
+def test_the_trainer_re_posts_its_update_after_a_queue_restart(queue):
+    last = protocol.post_update(queue, 4, {"weights_version": 5})
+    assert protocol.repost_if_restarted(queue, last) == last  # same incarnation: nothing
+    queue.restart()
+    assert queue.mailbox == {}
+    last = protocol.repost_if_restarted(queue, last)
+    assert queue.mailbox == {"update/4": {"weights_version": 5}}
+    assert last[0] == "incarnation-1"
+    assert protocol.repost_if_restarted(queue, None) is None
+
+
+def test_the_driver_re_posts_its_batch_and_items_after_a_queue_restart(queue):
+    client = _client(queue)
+    client._outstanding = {"r0-v0-0": "item"}
+    protocol.post_batch(client, 2, {"seed": 1})
+    queue.restart()
+    client.call("stats")  # the restarted queue holds no run: reopened, re-posted, re-submitted
+    assert queue.run_id == "run-1"
+    assert queue.mailbox == {"train/2": [("ref", {"seed": 1})]}
+    assert queue.submitted == ["item"]
+    assert client.restarts == 1
+    client.call("stats")  # the same run again: nothing more
+    assert client.restarts == 1
