@@ -288,6 +288,18 @@ def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
         fit_contrast_exponent({"modes": {"spot": {}}})
 
 
+def test_contrast_exponent_pools_the_points_of_several_benches():
+    from spotlight.sim_model import fit_contrast_exponent
+
+    # std x2 with speed-ups 2 and 4 (k 1 and 2 alone): pooled, the least-squares slope is 1.5
+    one = _exploration_summary([10, 10, 10], [5, 5, 5])
+    two = _exploration_summary([8, 12, None], [2, 3, 2.5])
+    fit = fit_contrast_exponent([one, two])
+    assert fit["k"] == pytest.approx(1.5)
+    assert len(fit["points"]) == 2 and fit["baseline_iterations_to_target"] == [10, 10]
+    assert fit_contrast_exponent([one])["k"] == pytest.approx(1.0)
+
+
 def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
     sc = _hand_scenario(
         max_hours=2.0,
