@@ -233,6 +233,7 @@ def _simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         log=sys.stdout,
         trace_windows=args.trace_windows,
+        workers=args.workers,
     )
     return 0
 
@@ -540,6 +541,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run each spot system from N evenly spaced starts of the trace; report the median"
         " window (Spotlight's) and every window's spread (default 1)",
+    )
+    sim.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        metavar="N",
+        help="simulations run in N processes at once; the results are those of one process"
+        " (default: min(2, CPUs))",
     )
     sim.add_argument(
         "--baseline-iterations",

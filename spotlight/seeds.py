@@ -11,6 +11,7 @@ subsets of equal variance the smallest k wins.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,13 +19,55 @@ import numpy as np
 
 def max_variance_subset(rewards: Sequence[float], group: int) -> list[int]:
     """Indices (ascending) of the ``group`` rewards with maximal population variance."""
+    return list(_max_variance_subset(tuple(rewards), group))
+
+
+@functools.lru_cache(maxsize=4096)
+def _max_variance_subset(rewards: tuple[float, ...], group: int) -> tuple[int, ...]:
+    """:func:`max_variance_subset`, remembered: a function of the values alone (equal values
+    convert to the same floats), and discrete rewards repeat (OCR-mini: 4 levels, mostly 0)."""
     n = len(rewards)
     if group < 1 or group > n:
         raise ValueError(f"need 1 <= group <= number of rewards, got group {group} of {n}")
     r = np.asarray(rewards, dtype=np.float64)
     if not np.all(np.isfinite(r)):
         raise ValueError("rewards must be finite")
+    if group == n:  # every subset scanned is all of them
+        return tuple(range(n))
     order = np.lexsort((np.arange(n), r))  # by reward, then input position
+    if group > _ROWS_MAX_GROUP:
+        return tuple(_max_variance_subset_loop(r, order, group))
+    # row k: the k smallest, then the group - k largest, in sorted order (as the loop below
+    # takes them); each row's variance is computed as ndarray.var computes it (a mean, the
+    # squared deviations, their mean: the same ufuncs in the same order), which is bit for
+    # bit the variance of the row on its own
+    rows = r[order[_positions(n, group)]]
+    dev = rows - np.add.reduce(rows, axis=1, keepdims=True) / group
+    np.multiply(dev, dev, out=dev)
+    variances = (np.add.reduce(dev, axis=1) / group).tolist()
+    best_k, best_var = 0, -1.0
+    for k, var in enumerate(variances):
+        if var > best_var + 1e-15:
+            best_k, best_var = k, var
+    return tuple(sorted(order[_positions(n, group)[best_k]].tolist()))
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(n: int, group: int) -> np.ndarray:
+    """(group + 1, group): row k holds sorted positions 0..k-1, then n - (group - k)..n-1."""
+    cols = np.arange(group)
+    pos = cols[None, :] + (cols[None, :] >= np.arange(group + 1)[:, None]) * (n - group)
+    pos.setflags(write=False)
+    return pos
+
+
+_ROWS_MAX_GROUP = 256
+"""Largest group whose candidate subsets are scored in one array (checked bit for bit against
+the loop in tests/unit/test_seeds.py); larger ones take the loop."""
+
+
+def _max_variance_subset_loop(r: np.ndarray, order: np.ndarray, group: int) -> list[int]:
+    n = len(r)
     best_k, best_var = 0, -1.0
     for k in range(group + 1):
         idx = np.concatenate([order[:k], order[n - (group - k) :]])

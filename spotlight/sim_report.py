@@ -15,8 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
 import statistics
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -88,8 +91,12 @@ def simulate(
     seed: int = 0,
     log: TextIO | None = None,
     trace_windows: int = 1,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run ``systems`` (default: all) and write the summary and report to ``out``.
+
+    ``workers`` > 1 runs the simulations (a system on a window each) in that many processes;
+    the results, and the log's order, are those of running them one after another.
 
     With ``trace_windows`` N > 1 every spot system runs N times, the trace started at N evenly
     spaced offsets of its loop (window 0: where it first has capacity). The on-demand systems
@@ -110,17 +117,22 @@ def simulate(
     out.mkdir(parents=True, exist_ok=True)
     if trace_windows < 1:
         raise ValueError(f"trace_windows must be >= 1, got {trace_windows}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     offsets = window_offsets_s(cap, trace_windows)
+    jobs = [
+        (name, k, off)
+        for name in names
+        for k, off in enumerate(offsets if SYSTEMS[name].samplers == "spot" else [0.0])
+    ]
+    args = [(sc, SYSTEMS[name], cap, prices, learning, seed, off) for name, _, off in jobs]
     runs: dict[str, list[RunResult]] = {}
-    for name in names:
-        spot = SYSTEMS[name].samplers == "spot"
-        for k, off in enumerate(offsets if spot else [0.0]):
-            t0 = time.perf_counter()
-            r = Simulation(sc, SYSTEMS[name], cap, prices, learning, seed, off).run()
-            runs.setdefault(name, []).append(r)
-            if log is not None:
-                where = f" window {k} (+{off / 3600:.1f} h)" if len(offsets) > 1 and spot else ""
-                _log_run(log, name + where, r, time.perf_counter() - t0)
+    for (name, k, off), (r, took_s) in zip(jobs, _run_all(args, workers), strict=True):
+        runs.setdefault(name, []).append(r)
+        if log is not None:
+            spot = SYSTEMS[name].samplers == "spot"
+            where = f" window {k} (+{off / 3600:.1f} h)" if len(offsets) > 1 and spot else ""
+            _log_run(log, name + where, r, took_s)
     median = _median_window(runs)
     results = {n: rs[median if len(rs) > 1 else 0] for n, rs in runs.items()}
     summary = {
@@ -150,6 +162,33 @@ def simulate(
     if log is not None:
         print(f"[simulate] -> {out}/summary.json, report.md, *.png", file=log, flush=True)
     return summary
+
+
+def _run_one(args: tuple) -> tuple[RunResult, float]:
+    """One simulation (``Simulation``'s arguments) and the seconds it took."""
+    t0 = time.perf_counter()
+    r = Simulation(*args).run()
+    return r, time.perf_counter() - t0
+
+
+def _run_all(jobs: list[tuple], workers: int) -> Iterator[tuple[RunResult, float]]:
+    """``_run_one`` of every job, in order: one after another, or in ``workers`` processes
+    (each simulation is deterministic given its arguments, so the results are the same)."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from map(_run_one, jobs)
+        return
+    # forkserver: a clean process to fork from (the caller may hold threads); the workers
+    # import the simulator once and keep its per-process caches (the fitted rewards)
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+        futures = [pool.submit(_run_one, job) for job in jobs]
+        try:
+            for f in futures:
+                yield f.result()
+        finally:
+            for f in futures:
+                f.cancel()  # after a failure: do not run the rest
 
 
 def window_offsets_s(trace: CapacityTrace, n: int) -> list[float]:

@@ -24,7 +24,12 @@ equals the measured one (``LearningModel.rank_preservation``). Ties of the discr
 part of that figure, as they are of the measurement.
 
 Draws are common random numbers: seed ``i`` of prompt ``p`` at iteration ``it`` has the same
-stale and fresh reward in every simulated system. Pure: numpy and the standard library.
+stale and fresh reward in every simulated system. They are counter-based: ``z1, z2`` of seed
+``i`` come (Box-Muller) from two SplitMix64 hashes of ``(simulation seed, it, p, i)``, so any
+set of seeds, prompts and iterations is drawn at once with numpy (:meth:`Rewards.pairs`), and a
+seed's rewards do not depend on what else is drawn. A reward is read off in latent space: the
+quantile at ``Phi(z)`` is the first ``k`` with ``z <= Phi^-1(cdf[k])`` (:func:`_thresholds`).
+Pure: numpy and the standard library.
 """
 
 from __future__ import annotations
@@ -35,12 +40,11 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from spotlight.seeds import spearman
 
 PRIOR_TRIALS = 2.0
 """Pseudo-trials (of L letters each) of the population mean added to every prompt's mean."""
@@ -124,29 +128,123 @@ def fit_population(per_prompt: list[list[float]]) -> list[PromptFit]:
     return fits
 
 
-def _phi(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+_MASK = (1 << 64) - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_CALIBRATION_TAG = 0x5EED_CA1B
+_SIM_TAG = 0x5EED_D4A5
+_CLAMP = 1e-12
+"""The copula's uniforms are kept in [1e-12, 1 - 1e-12] (a cdf step closer to 0 or 1 is moot)."""
 
 
-def _pair(fit: PromptFit, z1: float, z2: float, r: float) -> tuple[float, float]:
-    u1 = min(max(_phi(z1), 1e-12), 1 - 1e-12)
-    u2 = min(max(_phi(r * z1 + math.sqrt(max(0.0, 1.0 - r * r)) * z2), 1e-12), 1 - 1e-12)
-    return fit.quantile(u1), fit.quantile(u2)
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's step and finalizer, elementwise on uint64 (wrapping)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def _words(values: Sequence[int] | np.ndarray | int) -> np.ndarray:
+    """Integers (negative ones too) as uint64 words, two's complement."""
+    a = np.asarray(values)
+    if a.dtype == np.uint64:
+        return a
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64).astype(np.uint64)
+    return np.asarray([int(v) & _MASK for v in np.ravel(a)], dtype=np.uint64).reshape(a.shape)
+
+
+def _normal_pairs(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(z1, z2), each (m, n) standard normal, independent: row j, column i from the hash of
+    ``(keys[0][j], keys[1][j], ..., i)`` (every key a uint64 array of length m, or a scalar)."""
+    h = np.zeros(1, dtype=np.uint64)
+    for key in keys:
+        h = _mix(h ^ np.atleast_1d(key))
+    counter = (np.arange(n, dtype=np.uint64) * np.uint64(2))[None, :]
+    base = h[:, None] ^ (h[:, None] >> np.uint64(17))
+    w1 = _mix(base + counter)
+    w2 = _mix(base + counter + np.uint64(1))
+    u1 = ((w1 >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53  # (0, 1]
+    theta = (w2 >> np.uint64(11)).astype(np.float64) * (2.0**-53 * 2.0 * math.pi)
+    radius = np.sqrt(-2.0 * np.log(u1))
+    return radius * np.cos(theta), radius * np.sin(theta)
+
+
+@functools.cache
+def _thresholds(fit: PromptFit) -> tuple[float, ...]:
+    """Latent thresholds of ``fit.cdf``: reward ``k / L`` is the first ``k`` with ``z <= t[k]``
+    (what :meth:`PromptFit.quantile` at ``Phi(z)``, clamped to [1e-12, 1 - 1e-12], gives)."""
+    unit = statistics.NormalDist()
+    out = []
+    for c in fit.cdf:
+        if c >= 1.0 - _CLAMP:
+            out.append(math.inf)
+        elif c < _CLAMP:
+            out.append(-math.inf)
+        else:
+            out.append(unit.inv_cdf(c))
+    return tuple(out)
+
+
+def _threshold_table(fits: Sequence[PromptFit]) -> tuple[np.ndarray, np.ndarray]:
+    """(thresholds (P, max L + 1), padded with +inf; levels (P,)) of ``fits``."""
+    width = max(f.levels for f in fits) + 1
+    table = np.full((len(fits), width), np.inf)
+    for j, f in enumerate(fits):
+        t = _thresholds(f)
+        table[j, : len(t)] = t
+    return table, np.asarray([f.levels for f in fits], dtype=np.int64)
+
+
+def _quantize(table: np.ndarray, levels: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Rewards (m, n) of latent ``z`` (m, n), row j read off thresholds ``table[j]`` (m, W)."""
+    k = (table[:, None, :] < z[:, :, None]).sum(axis=2)
+    lv = levels[:, None]
+    return np.minimum(k, lv) / lv
+
+
+def _latent_pair(z1: np.ndarray, z2: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
+    """The copula's (stale, fresh) latent values: ``z1`` and ``r z1 + sqrt(1 - r^2) z2``."""
+    return z1, r * z1 + math.sqrt(max(0.0, 1.0 - r * r)) * z2
+
+
+def _row_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman rank correlation of every row of ``a`` and ``b`` (m, n), average ranks for
+    ties (as :func:`spotlight.seeds.spearman`); NaN where a row of either is constant."""
+
+    def ranks(x: np.ndarray) -> np.ndarray:
+        below = (x[:, None, :] < x[:, :, None]).sum(axis=2)
+        ties = (x[:, None, :] == x[:, :, None]).sum(axis=2)
+        return below + (ties - 1) / 2.0
+
+    ra, rb = ranks(a), ranks(b)
+    da = ra - ra.mean(axis=1, keepdims=True)
+    db = rb - rb.mean(axis=1, keepdims=True)
+    den = np.sqrt((da * da).sum(axis=1) * (db * db).sum(axis=1))
+    constant = (a.min(axis=1) == a.max(axis=1)) | (b.min(axis=1) == b.max(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.clip((da * db).sum(axis=1) / den, -1.0, 1.0)
+    return np.where(constant, np.nan, rho)
 
 
 def mean_spearman(fits: list[PromptFit], r: float, seed: int = 0) -> float:
     """Mean stale/fresh Spearman over ``CALIBRATION_PROMPTS`` prompt draws of
     ``CALIBRATION_SEEDS`` seeds each at latent correlation ``r`` (constant sides skipped, as
-    the bench skips them)."""
-    rng = random.Random(f"calibrate/{seed}")
-    rhos = []
-    for j in range(CALIBRATION_PROMPTS):
-        fit = fits[j % len(fits)]
-        pairs = [_pair(fit, rng.gauss(0, 1), rng.gauss(0, 1), r) for _ in range(CALIBRATION_SEEDS)]
-        rho = spearman([s for s, _ in pairs], [f for _, f in pairs])
-        if not math.isnan(rho):
-            rhos.append(rho)
-    return statistics.fmean(rhos) if rhos else float("nan")
+    the bench skips them). The same latent draws for every ``r`` (common random numbers)."""
+    rows = np.arange(CALIBRATION_PROMPTS)
+    z1, z2 = _normal_pairs(
+        [_words(_CALIBRATION_TAG), _words(seed), _words(rows)], CALIBRATION_SEEDS
+    )
+    table, levels = _threshold_table(fits)
+    which = rows % len(fits)
+    zs, zf = _latent_pair(z1, z2, r)
+    stale = _quantize(table[which], levels[which], zs)
+    fresh = _quantize(table[which], levels[which], zf)
+    rhos = _row_spearman(stale, fresh)
+    rhos = rhos[~np.isnan(rhos)]
+    return float(rhos.mean()) if len(rhos) else float("nan")
 
 
 def calibrate_latent(fits: list[PromptFit], target: float, seed: int = 0) -> float:
@@ -193,13 +291,16 @@ class PopulationDraws:
         rng = random.Random(f"{self.seed}/batch/{it}")
         return rng.sample(range(len(self.prompts)), min(size, len(self.prompts)))
 
-    def expected_random_std(self, group: int, draws: int = 4000) -> float:
-        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast)."""
+    def _baseline_prompts(self, draws: int) -> list[int]:
         rng = random.Random(f"{self.seed}/baseline")
-        stds = []
-        for k in range(draws):
-            p = rng.randrange(len(self.prompts))
-            stds.append(statistics.pstdev(self.draw(-1 - k, p, group)))
+        return [rng.randrange(len(self.prompts)) for _ in range(draws)]
+
+    def expected_random_std(self, group: int, draws: int = 4000) -> float:
+        """Mean std of G random seeds' rewards over the population (plain GRPO's contrast):
+        draw ``k`` is iteration ``-1 - k`` of a random prompt."""
+        stds = [
+            pstdev(self.draw(-1 - k, p, group)) for k, p in enumerate(self._baseline_prompts(draws))
+        ]
         return statistics.fmean(stds)
 
 
@@ -218,7 +319,9 @@ class Rewards(PopulationDraws):
         path = Path(eval_file)
         if not path.exists():
             path = evals / str(eval_file)
-        self.measured, self.fits, self.latent = _fitted(str(path.resolve()), rank_correlation)
+        self._population = (str(path.resolve()), rank_correlation)
+        self.measured, self.fits, self.latent = _fitted(*self._population)
+        self._table = _threshold_table(self.fits)
         self.seed = seed
         self.rank_correlation = rank_correlation
 
@@ -227,9 +330,19 @@ class Rewards(PopulationDraws):
         """The measured rewards per prompt."""
         return self.measured
 
-    def _z(self, it: int, prompt: int, n: int) -> list[tuple[float, float]]:
-        rng = random.Random(f"{self.seed}/{it}/{prompt}")
-        return [(rng.gauss(0, 1), rng.gauss(0, 1)) for _ in range(n)]
+    def pairs(
+        self, its: Sequence[int] | np.ndarray, prompts: Sequence[int] | np.ndarray, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(stale, fresh) rewards, each (m, n): row j holds seeds ``0..n-1`` of prompt
+        ``prompts[j]`` at iteration ``its[j]``, all drawn at once (row j's values are those of
+        :meth:`draw_pair` of that prompt and iteration)."""
+        p = np.asarray(prompts, dtype=np.int64)
+        z1, z2 = _normal_pairs([_words(_SIM_TAG), _words(self.seed), _words(its), _words(p)], n)
+        zs, zf = _latent_pair(z1, z2, self.latent)
+        table, levels = self._table[0][p], self._table[1][p]
+        stale = _quantize(table, levels, zs)
+        fresh = stale if self.latent == 1.0 else _quantize(table, levels, zf)
+        return stale, fresh
 
     def draw(self, it: int, prompt: int, n: int) -> list[float]:
         """Fresh rewards of seeds ``0..n-1`` of ``prompt`` at iteration ``it``."""
@@ -238,6 +351,33 @@ class Rewards(PopulationDraws):
     def draw_pair(self, it: int, prompt: int, n: int) -> tuple[list[float], list[float]]:
         """(stale, fresh) rewards of seeds ``0..n-1``: the same seeds on the weights before the
         last update and on the current ones."""
-        fit = self.fits[prompt]
-        pairs = [_pair(fit, z1, z2, self.latent) for z1, z2 in self._z(it, prompt, n)]
-        return [s for s, _ in pairs], [f for _, f in pairs]
+        stale, fresh = self.pairs([it], [prompt], n)
+        return stale[0].tolist(), fresh[0].tolist()
+
+    def expected_random_std(self, group: int, draws: int = 4000) -> float:
+        """As :meth:`PopulationDraws.expected_random_std`, all draws at once (and once per
+        process for a given population, seed and group)."""
+        return _expected_random_std(self, group, draws)
+
+
+def _expected_random_std(r: Rewards, group: int, draws: int) -> float:
+    key = (r._population, r.seed, group, draws)
+    if key not in _BASELINE_STDS:
+        ps = r._baseline_prompts(draws)
+        fresh = r.pairs(-1 - np.arange(draws), ps, group)[1]
+        _BASELINE_STDS[key] = float(fresh.std(axis=1).mean())
+    return _BASELINE_STDS[key]
+
+
+_BASELINE_STDS: dict[tuple, float] = {}
+"""Plain GRPO's expected contrast per ((eval file, rank correlation), seed, group, draws)."""
+
+
+def pstdev(xs: Sequence[float]) -> float:
+    """Population standard deviation in plain float arithmetic (``statistics.pstdev`` is exact
+    but slow on the simulator's many short lists)."""
+    n = len(xs)
+    if n == 0:
+        raise ValueError("pstdev of no values")
+    m = sum(xs) / n
+    return math.sqrt(sum((x - m) * (x - m) for x in xs) / n)

@@ -47,10 +47,11 @@ from spotlight.costs import Ledger, PriceTable
 from spotlight.planner import Planner, exploration_budget
 from spotlight.seeds import max_variance_subset
 from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
-from spotlight.sim_rewards import PopulationDraws, Rewards
+from spotlight.sim_rewards import PopulationDraws, Rewards, pstdev
 from spotlight.sp_groups import form_groups
 from spotlight.traces import CapacityTrace
 from spotlight.work_queue import (
+    KIND_PRIORITY,
     ItemCheckpoint,
     ItemResult,
     Kind,
@@ -59,6 +60,9 @@ from spotlight.work_queue import (
     WorkItem,
     WorkQueue,
 )
+
+SUBMIT_CHUNK = 8
+"""Items a phase submits to the queue at a time, where it may hold them back (``_submit``)."""
 
 
 @dataclass
@@ -198,6 +202,8 @@ class Simulation:
         self._seq = count()
         self._events: list[tuple[float, int, str, Any]] = []
         self.groups: dict[int, _Group] = {}
+        self._idle: set[int] = set()  # groups without an item (ready or not)
+        self._od_held: int | None = None  # on-demand GPUs held now (None: count again)
         self._gid = count()
         self.free_spot = 0  # ready spot GPUs in no group
         self.starting = 0  # spot GPUs starting up
@@ -216,6 +222,14 @@ class Simulation:
         self.lost_starting = 0  # starting GPUs preempted before they were ready
         self.leases_expired = 0
         self.queue.open_run(f"sim-{system.name}")
+        self._pending: dict[str, int] | None = None  # the queue's pending items by kind
+        self._held: list[WorkItem] = []  # this phase's items not submitted yet, last first
+        self._held_since = 0.0  # when the phase began
+        self._fresh: set[str] = set()  # submitted items no worker has pulled yet
+        self._takeable: tuple[bool, bool] | None = None  # (by spot, by on-demand); None: ask
+        # what an on-demand pull may ever take (the spill rule, however long items waited)
+        self._on_demand_kinds = [k for k in KIND_PRIORITY if self.queue.spill.allows(k, math.inf)]
+        self._spot_poll: tuple[int, float] | None = None  # the last spot pull skipped
         self._orphans: list[WorkItem] = []
         self.planner = Planner(
             ExplorationConfig(
@@ -273,20 +287,28 @@ class Simulation:
         if dt < 0:
             raise AssertionError(f"time going backwards: {self.t} -> {to}")
         self.ledger.hold(Pool.SPOT, self.spot_capacity, dt)
-        od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
-        od += sum(
-            g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND and not g.trainer
-        )
-        self.ledger.hold(Pool.ON_DEMAND, od, dt)
+        if self._od_held is None:  # recounted after the groups change
+            od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
+            od += sum(
+                g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND and not g.trainer
+            )
+            self._od_held = od
+        self.ledger.hold(Pool.ON_DEMAND, self._od_held, dt)
         self.t = to
 
     # -- Groups --------------------------------------------------------------------------
     def _add_group(self, size: int, pool: str, ready_at: float) -> _Group:
         g = _Group(next(self._gid), size, pool, ready_at)
         self.groups[g.gid] = g
+        self._idle.add(g.gid)
+        self._od_held = None
         if ready_at > self.t:
             self._push(ready_at, "group_ready", g.gid)
         return g
+
+    def _group_gone(self, gid: int) -> None:
+        self._idle.discard(gid)
+        self._od_held = None
 
     def _regroup_free(self, delay: float) -> None:
         """Form groups from the free spot GPUs (after ``delay``)."""
@@ -347,6 +369,7 @@ class Simulation:
         """Group ``g`` loses a GPU: its item is committed (notice) or interrupted (kill), and
         the survivors re-form groups."""
         del self.groups[g.gid]
+        self._group_gone(g.gid)
         if g.item is not None and g.started <= self.t:
             self._interrupt(g, notice)
         elif g.item is not None or g.queue:  # not started yet (weights loading) / push list
@@ -363,6 +386,7 @@ class Simulation:
             self._push(self.t + self.oh.push_detect_s, "repush")
         elif notice:
             self.queue.release(f"g{g.gid}", now=self.t, notice=True)
+            self._pending_changed()
         else:
             self._push(self.t + self.oh.lease_s, "lease_expired", f"g{g.gid}")
 
@@ -392,10 +416,21 @@ class Simulation:
 
     # -- Sampling ------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        for g in list(self.groups.values()):
+        """Idle groups that are ready take work, in the groups' order (gid order)."""
+        if not self._idle:
+            return
+        idle = [self.groups[gid] for gid in sorted(self._idle)]
+        push = self.sys.dispatch == "push"
+        if not push and not any(self._takeable_now()):
+            # no pull can take anything: only the spot workers' sign of life (see _pull)
+            for g in idle:
+                if g.ready_at <= self.t and not g.leaving and (g.trainer or g.pool == Pool.SPOT):
+                    self._spot_poll = (g.gid, self.t)
+            return
+        for g in idle:
             if g.item is not None or g.ready_at > self.t or g.leaving:
                 continue
-            if self.sys.dispatch == "push":
+            if push:
                 if not g.queue:
                     continue
                 item = g.queue.pop(0)
@@ -403,12 +438,13 @@ class Simulation:
             else:
                 # trainer GPUs take rollout items as spot replicas do (no spill wait)
                 pool = Pool.SPOT if g.trainer else g.pool
-                got = self.queue.pull(f"g{g.gid}", 1, self.t, pool=pool)
+                got = self._pull(g.gid, pool)
                 if not got:
                     continue
                 item = got[0]
                 start_step = item.resume.step if item.resume else 0
             g.item, g.start_step = item, start_step
+            self._idle.discard(g.gid)
             load = self.oh.weights_broadcast_s if g.version != item.weights_version else 0.0
             g.version = item.weights_version
             g.step_s = self._step_s(g)
@@ -418,6 +454,85 @@ class Simulation:
                 "done",
                 (g.gid, item.item_id),
             )
+
+    def _pull(self, gid: int, pool: str) -> list[WorkItem]:
+        """``WorkQueue.pull`` of one item for group ``gid``, skipped where it would find nothing.
+
+        Idle groups poll after every event; most polls find nothing pending, or nothing an
+        on-demand worker may ever take (exploration). The simulator keeps the queue's pending
+        items by kind (:meth:`_pending_by_kind`) and skips those pulls. A pull that takes
+        nothing changes one thing the simulation reads later: a spot worker's pull is its sign
+        of life (the spill rule measures how long spot workers have been absent), so the last
+        skipped spot pull is replayed (taking nothing, at its own time) before the next
+        on-demand pull that runs. The queue's answers are those of pulling every time."""
+        if not self._takeable_now()[pool != Pool.SPOT]:
+            if pool == Pool.SPOT:
+                self._spot_poll = (gid, self.t)
+            return []
+        if pool == Pool.SPOT:
+            self._spot_poll = None  # this pull is later
+        elif self._spot_poll is not None:
+            self.queue.pull(f"g{self._spot_poll[0]}", 0, self._spot_poll[1], pool=Pool.SPOT)
+            self._spot_poll = None
+        got = self.queue.pull(f"g{gid}", 1, self.t, pool=pool)
+        if got:
+            pending = self._pending_by_kind()
+            for item in got:
+                pending[item.kind] -= 1
+                self._fresh.discard(item.item_id)
+            self._takeable = None
+        return got
+
+    def _takeable_now(self) -> tuple[bool, bool]:
+        """(whether a spot pull, an on-demand one could take something now), after topping up
+        the held-back items."""
+        if self._held:
+            self._top_up()
+        if self._takeable is None:
+            pending = self._pending_by_kind()
+            self._takeable = (
+                any(pending.values()),
+                any(pending[k] for k in self._on_demand_kinds),
+            )
+        return self._takeable
+
+    def _pending_by_kind(self) -> dict[str, int]:
+        """The queue's pending items by kind (asked again after a release or a drop)."""
+        if self._pending is None:
+            self._pending = dict(self.queue.stats()["pending_by_kind"])
+        return self._pending
+
+    def _pending_changed(self) -> None:
+        """Items were released or dropped: ask the queue what is pending."""
+        self._pending = self._takeable = None
+
+    def _submit(self, items: list[WorkItem]) -> None:
+        """Queue a phase's items, ``SUBMIT_CHUNK`` at a time as pulls need them (:meth:`_top_up`):
+        the queue then sorts a few pending items per pull, not the phase's hundreds. Every
+        chunk is submitted at the phase's start time (the spill rule's wait counts from there)
+        and the queue serves items in submission order, so every pull gets what it would get
+        had the whole phase been submitted at once."""
+        self._held = list(reversed(items))
+        self._held_since = self.t
+        self._fresh = set()
+        self._top_up()
+
+    def _top_up(self) -> None:
+        """Submit the next held-back items when none submitted is still unpulled (an item back
+        from a released lease does not count: a pull may refuse it and take a fresh one)."""
+        if self._held and not self._fresh:
+            chunk = [self._held.pop() for _ in range(min(SUBMIT_CHUNK, len(self._held)))]
+            self._submit_now(chunk, self._held_since)
+            self._fresh.update(it.item_id for it in chunk)
+
+    def _submit_now(self, items: list[WorkItem], now: float) -> None:
+        added = self.queue.submit(items, now=now)
+        if added == len(items) and self._pending is not None:
+            for item in items:
+                self._pending[item.kind] += 1
+            self._takeable = None
+        else:
+            self._pending_changed()
 
     def _sample(self, items: list[WorkItem], deadline: float | None = None) -> set[str]:
         """Run until every item is done (or ``deadline``); returns the ids done."""
@@ -440,13 +555,14 @@ class Simulation:
                 if not ready:
                     self._push(self.t + self.oh.push_detect_s, "repush")
             else:
-                self.queue.submit(items, now=self.t)
+                self._submit(items)
         rollout = any(it.kind == Kind.ROLLOUT for it in items)
         spill_check = self.sys.samplers == Pool.SPOT and rollout
         if spill_check:
             self._push(self.t + self.oh.spill_wait_s, "spill_check")
         self._dispatch()
-        while ids - done:
+        waiting = set(ids)  # ids - done
+        while waiting:
             if not self._events:
                 raise RuntimeError("simulation stalled: work left but nothing can happen")
             at, _, kind, payload = self._events[0]
@@ -461,22 +577,28 @@ class Simulation:
                     continue  # the group was broken meanwhile
                 self.ledger.busy(g.pool, (self.t - g.started) * g.size)
                 g.item = None
+                self._idle.add(gid)
                 if self.sys.dispatch == "push" or self.queue.complete(
                     ItemResult(item_id, f"g{gid}", g.pool, [])
                 ):
                     done.add(item_id)
+                    waiting.discard(item_id)
             else:
-                self._handle(kind, payload, spill_check and bool(ids - done))
+                self._handle(kind, payload, spill_check and bool(waiting))
             self._dispatch()
         if deadline is not None and self.t < deadline:
             self._idle_until(deadline)
+        self._held, self._fresh = [], set()  # all done, or withdrawn (some never submitted)
         if deadline is not None:  # withdraw what is left (exploration)
             left = list(ids - done)
-            self.queue.drop(left)
+            if left:
+                self.queue.drop(left)
+                self._pending_changed()
             for g in self.groups.values():
                 if g.item is not None and g.item.item_id in ids:
                     self.ledger.busy(g.pool, max(0.0, self.t - g.started) * g.size)
                     g.item = None
+                    self._idle.add(g.gid)
                 g.queue = [it for it in g.queue if it.item_id not in ids]
             self._orphans = [it for it in self._orphans if it.item_id not in ids]
         self._release_fallback()
@@ -510,6 +632,7 @@ class Simulation:
             self._on_kill()
         elif kind == "lease_expired":
             self.leases_expired += self.queue.release(payload, now=self.t)
+            self._pending_changed()
         elif kind == "group_ready":
             pass  # nothing to change: the dispatch after every event gives it work
         elif kind == "repush":
@@ -552,6 +675,7 @@ class Simulation:
             return
         for gid in self._fallback:
             g = self.groups.pop(gid, None)
+            self._group_gone(gid)
             if g is not None and g.item is not None:
                 raise AssertionError("fallback group released with an item in hand")
         self._fallback = []
@@ -574,6 +698,7 @@ class Simulation:
         for size in form_groups(self.trainer_gpus, self.sc.sp_degree, self.sc.valid_degrees):
             g = self._add_group(size, Pool.ON_DEMAND, self.t)
             g.trainer, g.version = True, self.version  # they hold the fresh weights
+            self._od_held = None
             gids.append(g.gid)
         return gids
 
@@ -582,13 +707,15 @@ class Simulation:
         rollout's items are all done)."""
         for gid in gids:
             g = self.groups.pop(gid)
+            self._group_gone(gid)
             if g.item is not None:
                 raise AssertionError("trainer group left the rollout with an item in hand")
 
     def _items(self, kind: str, it: int, samples: int) -> list[WorkItem]:
         n = self.sc.batch_size
+        prompts, seeds = ("p",) * n, tuple(range(n))
         return [
-            WorkItem(f"{kind}-{it}-{k}", kind, it, self.version, ("p",) * n, tuple(range(n)))
+            WorkItem(f"{kind}-{it}-{k}", kind, it, self.version, prompts, seeds)
             for k in range(math.ceil(samples / n))
         ]
 
@@ -702,23 +829,32 @@ class Simulation:
         (``fresh``: on the current weights, the critical path) and scored by its fresh ones."""
         G = self.sc.group_size
         stds = []
-        for p in batch:
-            n = explored.get(p, 0)
+        if isinstance(self.rewards, EmpiricalRewards):
+            for p in batch:
+                n = explored.get(p, 0)
+                if n < 2 * G:
+                    draws = self.rewards.draw(it, p, G)
+                    self.planner.note_rollout(str(p), draws)
+                    stds.append(pstdev(draws))
+                else:
+                    draws = self.rewards.draw(it, p, n)
+                    rho = 1.0 if fresh else self.learning.rank_preservation
+                    random_std = pstdev(draws[:G])
+                    sel = pstdev([draws[i] for i in max_variance_subset(draws, G)])
+                    self.planner.observe(str(p), draws)
+                    stds.append(random_std + rho * (sel - random_std))
+            return statistics.fmean(stds)
+        # every prompt's seeds at once: seed i's rewards do not depend on how many are drawn
+        ns = [explored.get(p, 0) for p in batch]
+        stale_all, now_all = self.rewards.pairs([it] * len(batch), batch, max([G, *ns]))
+        for p, n, stale, now in zip(batch, ns, stale_all.tolist(), now_all.tolist(), strict=True):
             if n < 2 * G:
-                draws = self.rewards.draw(it, p, G)
+                draws = now[:G]
                 self.planner.note_rollout(str(p), draws)
-                stds.append(statistics.pstdev(draws))
-            elif isinstance(self.rewards, EmpiricalRewards):
-                draws = self.rewards.draw(it, p, n)
-                rho = 1.0 if fresh else self.learning.rank_preservation
-                random_std = statistics.pstdev(draws[:G])
-                sel = statistics.pstdev([draws[i] for i in max_variance_subset(draws, G)])
-                self.planner.observe(str(p), draws)
-                stds.append(random_std + rho * (sel - random_std))
+                stds.append(pstdev(draws))
             else:
-                stale, now = self.rewards.draw_pair(it, p, n)
-                seen = now if fresh else stale
+                seen = now[:n] if fresh else stale[:n]
                 chosen = max_variance_subset(seen, G)
                 self.planner.observe(str(p), seen)
-                stds.append(statistics.pstdev([now[i] for i in chosen]))
+                stds.append(pstdev([now[i] for i in chosen]))
         return statistics.fmean(stds)

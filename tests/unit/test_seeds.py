@@ -48,3 +48,32 @@ def test_spearman():
     assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
     with pytest.raises(ValueError):
         spearman([1], [1])
+
+
+def _reference_subset(rewards, group):
+    """The selection as first written (one variance per k): the fast one must match it."""
+    r = np.asarray(rewards, dtype=np.float64)
+    n = len(r)
+    order = np.lexsort((np.arange(n), r))
+    best_k, best_var = 0, -1.0
+    for k in range(group + 1):
+        var = float(r[np.concatenate([order[:k], order[n - (group - k) :]])].var())
+        if var > best_var + 1e-15:
+            best_k, best_var = k, var
+    return sorted(int(i) for i in np.concatenate([order[:best_k], order[n - (group - best_k) :]]))
+
+
+@pytest.mark.parametrize("trial", range(60))
+def test_same_subsets_as_the_one_variance_per_k_scan(trial):
+    rng = np.random.default_rng(1000 + trial)
+    for _ in range(40):
+        g = int(rng.choice([1, 2, 3, 7, 8, 9, 16, 17, 32, 127, 129, 256, 300]))
+        n = g + int(rng.integers(0, 2 * g + 2))
+        kind = int(rng.integers(0, 3))
+        if kind == 0:  # OCR-like: a 3-letter grid, many ties and equal-variance subsets
+            rewards = (rng.integers(0, 4, n) / 3).tolist()
+        elif kind == 1:
+            rewards = rng.choice([0.0, 1.0], size=n).tolist()
+        else:
+            rewards = (rng.normal(size=n) * 10.0 ** rng.integers(-6, 6)).tolist()
+        assert max_variance_subset(rewards, g) == _reference_subset(rewards, g)

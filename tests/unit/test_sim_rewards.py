@@ -121,3 +121,45 @@ def test_calibration_at_the_top_and_the_quantiles_edges():
     assert fits[0].quantile(0.5) == 0.0 and fits[0].quantile(0.51) == 1.0
     rng = random.Random(0)
     assert -1.0 <= calibrate_latent(fits, rng.uniform(0.1, 0.5)) <= 1.0
+
+
+def test_batched_draws_are_the_one_prompt_draws(tmp_path):
+    from spotlight.sim_rewards import PopulationDraws
+
+    r = Rewards(_population_file(tmp_path), seed=2, rank_correlation=0.6, evals=EVALS)
+    its, prompts = [0, 5, -3, 5, 7], [1, 9, 4, 9, 0]
+    stale, fresh = r.pairs(its, prompts, 24)
+    for row, (it, p) in enumerate(zip(its, prompts, strict=True)):
+        assert (stale[row].tolist(), fresh[row].tolist()) == r.draw_pair(it, p, 24)
+    assert stale[1].tolist() == stale[3].tolist()  # the same prompt and iteration
+    assert Rewards(_population_file(tmp_path), 3, 0.6, EVALS).draw(0, 1, 24) != r.draw(0, 1, 24)
+    # all at once, as one at a time (the generic mean of per-draw stds)
+    assert r.expected_random_std(4, draws=300) == pytest.approx(
+        PopulationDraws.expected_random_std(r, 4, draws=300), abs=1e-12
+    )
+
+
+def test_rewards_read_in_latent_space_are_the_quantiles_of_phi():
+    from spotlight.sim_rewards import _quantize, _threshold_table
+
+    fits = fit_population([[0.0] * 7 + [1 / 3]] + [[0.0, 1 / 3, 2 / 3, 1.0] * 2] * 5)
+    z = np.random.default_rng(3).normal(scale=2.5, size=(len(fits), 400))
+    table, levels = _threshold_table(fits)
+    got = _quantize(table, levels, z)
+    for j, fit in enumerate(fits):
+        for i in range(z.shape[1]):
+            u = min(max(statistics.NormalDist().cdf(z[j, i]), 1e-12), 1 - 1e-12)
+            assert got[j, i] == fit.quantile(u)
+
+
+def test_the_calibrations_spearman_per_row_is_the_seed_modules():
+    from spotlight.seeds import spearman
+    from spotlight.sim_rewards import _row_spearman
+
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 4, (200, 32)) / 3, rng.integers(0, 4, (200, 32)) / 3
+    a[0], b[1] = 0.0, 1.0  # constant sides: NaN
+    got = _row_spearman(a, b)
+    want = np.array([spearman(x, y) for x, y in zip(a, b, strict=True)])
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[:2]).all()
+    assert np.allclose(got[2:], want[2:], atol=1e-12)

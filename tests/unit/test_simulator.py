@@ -485,3 +485,61 @@ def test_an_exploration_budget_below_the_candidates_makes_the_planner_choose():
     one_prompt = contrasts("spotlight", sc.explore_candidates)  # one prompt's candidates
     assert full != plain and one_prompt not in (plain, full)
     assert sum(one_prompt) / len(one_prompt) < sum(full) / len(full)
+
+
+def _plain_queue_use(monkeypatch):
+    """Make Simulation pull for every idle group after every event and submit every phase at
+    once (what the skipped pulls and held-back items stand in for)."""
+
+    def pull(self, gid, pool):
+        return self.queue.pull(f"g{gid}", 1, self.t, pool=pool)
+
+    def submit(self, items):
+        self.queue.submit(items, now=self.t)
+
+    monkeypatch.setattr(Simulation, "_pull", pull)
+    monkeypatch.setattr(Simulation, "_submit", submit)
+    monkeypatch.setattr(Simulation, "_takeable_now", lambda self: (True, True))
+
+
+@pytest.mark.parametrize("hard_share", [0.0, 0.5])
+def test_skipped_pulls_and_held_back_items_change_no_result(monkeypatch, hard_share):
+    # capacity that churns every few minutes, empty stretches past the spill wait included
+    counts = (4, 2, 0, 3, 1, 4, 0, 0, 2, 4, 3, 0)
+    trace = CapacityTrace("churn", tuple(200.0 * k for k in range(len(counts))), counts, 2400.0)
+    sc = dataclasses.replace(
+        SMALL, max_hours=1.5, overheads=dataclasses.replace(SMALL.overheads, hard_share=hard_share)
+    )
+    names = [
+        "on_demand_critical_path",
+        "spot_grpo",
+        "spotlight",
+        "ablation_no_trainer_samples",
+        "ablation_sp_restart",
+    ]
+
+    def runs():
+        out = []
+        for name in names:
+            r = Simulation(sc, SYSTEMS[name], trace, seed=3).run()
+            out.append((r.summary(), r.timeline, r.preemption_times_h))
+        return out
+
+    fast = runs()
+    spot = [s for s, _, _ in fast[1:]]
+    assert all(s["preemptions"] > 0 for s in spot) and any(s["spill_launches"] for s in spot)
+    with monkeypatch.context() as m:
+        _plain_queue_use(m)
+        assert runs() == fast
+
+
+def test_simulate_in_worker_processes_gives_the_serial_results(tmp_path):
+    from spotlight.sim_report import simulate
+
+    names = ["on_demand_grpo", "spot_grpo", "spotlight"]
+    kw = dict(systems=names, trace_windows=2)
+    serial = simulate("small", None, tmp_path / "one", workers=1, **kw)
+    parallel = simulate("small", None, tmp_path / "two", workers=2, **kw)
+    assert parallel == serial
+    with pytest.raises(ValueError, match="workers"):
+        simulate("small", None, tmp_path / "x", systems=names, workers=0)

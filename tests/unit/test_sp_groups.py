@@ -27,4 +27,4 @@ def test_an_item_is_shared_in_proportion_and_empty_shares_are_left_out():
     assert [g for g, _ in shares] == [[0], [1], [2]]  # the fourth group gets nothing
     samples = list(range(7))
     parts = [samples[sl] for _, sl in share_item(7, [[0, 1, 2, 3], [4, 5], [6]])]
-    assert sum(parts, []) == samples  # every sample once, in order
+    assert [x for part in parts for x in part] == samples  # every sample once, in order

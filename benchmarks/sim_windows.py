@@ -1,0 +1,161 @@
+"""The simulator on every shipped spot trace, 8 start windows each: issue 17's bar.
+
+python benchmarks/sim_windows.py --out docs/sim/windows [--scenarios paper-512 paper-1280]
+
+For each scenario and shipped trace it runs ``spotlight simulate --scenario S --trace T
+--trace-windows 8`` (all systems) into ``<runs>/<S>/<trace>/`` (a re-run reuses finished
+ones), times it, and keeps its ``summary.json`` and ``report.md`` under ``--out``. Then it
+checks, on the median window of each, the goal of issue 17 against the baselines users would
+run (``sim_report.BASELINES``; the ablations are Spotlight with a part changed):
+
+- no baseline both faster and cheaper than Spotlight;
+- Spotlight faster than every baseline with the same on-demand GPUs;
+- Spotlight cheaper than every baseline with the same total GPUs;
+
+and writes ``windows.json`` and ``windows.md`` (the table docs/simulator.md shows). One
+simulation at a time: the wall times are the bar's figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spotlight.sim_report import BASELINES
+from spotlight.traces import TRACES_DIR
+
+
+def shipped_traces() -> list[str]:
+    return sorted(p.name for p in TRACES_DIR.glob("*/*") if p.suffix in (".csv", ".json"))
+
+
+def run_one(scenario: str, trace: str, runs: Path, windows: int) -> dict:
+    folder = runs / scenario / trace
+    timing = folder / "wall_s.json"
+    if not (folder / "summary.json").exists() or not timing.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        exe = str(Path(sys.executable).with_name("spotlight"))
+        cmd = [exe, "simulate", "--scenario", scenario, "--trace", trace]
+        cmd += ["--trace-windows", str(windows), "--out", str(folder)]
+        print(f"[sim-windows] {scenario} {trace} ...", flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        timing.write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["wall_s"] = json.loads(timing.read_text())["wall_s"]
+    return summary
+
+
+def goal(summary: dict) -> dict:
+    """The goal's three checks on the median window, with the baselines that break them."""
+    systems = summary["systems"]
+    spot = systems["spotlight"]
+    base = {n: systems[n] for n in BASELINES if n in systems and systems[n]["reached_target"]}
+    t, c = spot["time_to_target_h"], spot["cost_usd"]
+    if not spot["reached_target"]:  # every baseline that got there beats it
+        t = float("inf")
+    dominated_by = [n for n, b in base.items() if b["time_to_target_h"] < t and b["cost_usd"] < c]
+    same_od = {n: b for n, b in base.items() if b["on_demand_gpus"] == spot["on_demand_gpus"]}
+    same_total = {n: b for n, b in base.items() if b["total_gpus"] == spot["total_gpus"]}
+    slower_than = [n for n, b in same_od.items() if b["time_to_target_h"] <= t]
+    dearer_than = [n for n, b in same_total.items() if b["cost_usd"] <= c]
+    return {
+        "no_baseline_faster_and_cheaper": not dominated_by,
+        "faster_than_same_on_demand": not slower_than,
+        "cheaper_than_same_total": not dearer_than,
+        "faster_and_cheaper": dominated_by,
+        "not_slower_same_on_demand": slower_than,
+        "not_dearer_same_total": dearer_than,
+        "holds": not (dominated_by or slower_than or dearer_than),
+    }
+
+
+def row(scenario: str, trace: str, s: dict) -> dict:
+    spot = s["systems"]["spotlight"]
+    tw = s["trace_windows"]["by_system"]["spotlight"]
+    return {
+        "scenario": scenario,
+        "trace": trace,
+        "wall_s": round(s["wall_s"], 1),
+        "median_window": s["trace_windows"]["median_window"],
+        "spotlight_h": spot["time_to_target_h"],
+        "spotlight_usd": spot["cost_usd"],
+        "spotlight_h_range": [tw["time_to_target_h"]["min"], tw["time_to_target_h"]["max"]],
+        "spotlight_usd_range": [tw["cost_usd"]["min"], tw["cost_usd"]["max"]],
+        "spot_grpo_h": s["systems"]["spot_grpo"]["time_to_target_h"],
+        "best": s["best_baselines"],
+        "goal": goal(s),
+    }
+
+
+def _h(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _best(r: dict, framing: str) -> str:
+    b = r["best"].get(framing)
+    if not b:
+        return "-"
+    return f"{b['system']} {_h(b['time_to_target_h'])} h ${b['cost_usd']:,.0f}"
+
+
+def markdown(rows: list[dict]) -> str:
+    head = (
+        "| scenario | trace | wall (s) | Spotlight h, median (min-max) | $ median (min-max) |"
+        " best at equal on-demand GPUs | best at equal total GPUs | goal |\n"
+        "| --- | --- | ---: | --- | --- | --- | --- | --- |\n"
+    )
+    lines = []
+    for r in rows:
+        g = r["goal"]
+        broken = []
+        if g["faster_and_cheaper"]:
+            broken.append("faster and cheaper: " + ", ".join(g["faster_and_cheaper"]))
+        if g["not_slower_same_on_demand"]:
+            broken.append("not slower: " + ", ".join(g["not_slower_same_on_demand"]))
+        if g["not_dearer_same_total"]:
+            broken.append("not dearer: " + ", ".join(g["not_dearer_same_total"]))
+
+        lo, hi = r["spotlight_h_range"]
+        clo, chi = r["spotlight_usd_range"]
+        lines.append(
+            f"| {r['scenario']} | {r['trace']} | {r['wall_s']:.0f} |"
+            f" {_h(r['spotlight_h'])} ({_h(lo)}-{_h(hi)}) |"
+            f" {r['spotlight_usd']:,.0f} ({clo:,.0f}-{chi:,.0f}) |"
+            f" {_best(r, 'equal_on_demand_gpus')} | {_best(r, 'equal_total_gpus')} |"
+            f" {'holds' if g['holds'] else '; '.join(broken)} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("docs/sim/windows"))
+    ap.add_argument("--runs", type=Path, default=Path("runs/sim-windows"))
+    ap.add_argument("--scenarios", nargs="+", default=["paper-512", "paper-1280"])
+    ap.add_argument("--traces", nargs="+", default=None, help="default: every shipped trace")
+    ap.add_argument("--windows", type=int, default=8)
+    args = ap.parse_args()
+    rows = []
+    for scenario in args.scenarios:
+        for trace in args.traces or shipped_traces():
+            s = run_one(scenario, trace, args.runs, args.windows)
+            keep = args.out / scenario / Path(trace).stem
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in ("summary.json", "report.md"):
+                shutil.copy(args.runs / scenario / trace / name, keep / name)
+            rows.append(row(scenario, trace, s))
+            print(f"[sim-windows] {scenario} {trace}: {rows[-1]['wall_s']:.0f} s", flush=True)
+    (args.out / "windows.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "windows.md").write_text(markdown(rows))
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
