@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from spotlight import progress
 from spotlight.config import Config
 from spotlight.costs import Ledger
 from spotlight.job import launch, protocol
@@ -125,8 +126,6 @@ class Controller:
             if kept:  # the queue's counters went on counting this run
                 self._counter_base = {}
         self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
-        from spotlight import progress
-
         progress.line(
             self.log,
             f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "

@@ -113,8 +113,7 @@ class TrainerRun:
     def join(self, timeout_s: float = 120.0) -> None:
         if self.thread is not None:
             self.thread.join(timeout=timeout_s)
-        if self.error is not None:
-            raise RuntimeError(f"the trainer failed: {self.error}")
+        self.check()
 
 
 def start_trainer(

@@ -47,13 +47,8 @@ class QueueClient:
         injector=None,
         since: float | None = None,
     ):
-        self.actors, self.run_id, self.opts, self.ledger, self.log = (
-            actors,
-            run_id,
-            opts,
-            ledger,
-            log,
-        )
+        self.actors, self.run_id, self.opts = actors, run_id, opts
+        self.ledger, self.log = ledger, log
         self.injector = injector
         """The spot-trace injector (local replay), ticked from the wait loop (main thread)."""
         self.trainer = None
