@@ -1,4 +1,5 @@
-"""The ``RequestQueue`` detached actor: :class:`spotlight.work_queue.WorkQueue` behind Ray.
+"""The ``RequestQueue`` detached actor: :class:`spotlight.scheduling.work_queue.WorkQueue` behind
+Ray.
 
 Sampler replicas pull items and complete them here; the controller submits items and collects
 results. It also carries the controller <-> trainer hand-off as a small mailbox (``post`` /
@@ -28,7 +29,7 @@ from typing import Any
 
 import ray
 
-from spotlight.work_queue import (
+from spotlight.scheduling.work_queue import (
     ItemCheckpoint,
     ItemResult,
     Pool,

@@ -8,16 +8,16 @@ bounds how stale a reader may be.
 Readers call :func:`fetch_weights`: it gets the version's object reference from the actor and
 the bytes from the object store. Ray keeps one copy per node: the first replica on a node pulls
 the bytes over the network, the others on that node read the node's shared-memory copy. Every
-reader verifies the checksum (:func:`spotlight.weights.unpack_state`), so a partial or corrupted
-version raises instead of being sampled from.
+reader verifies the checksum (:func:`spotlight.flow.weights.unpack_state`), so a partial or
+corrupted version raises instead of being sampled from.
 """
 
 from __future__ import annotations
 
 import ray
 
-from spotlight.polling import poll_until
-from spotlight.weights import WeightsCorrupted, WeightsHeader, checksum, unpack_state
+from spotlight.flow.weights import WeightsCorrupted, WeightsHeader, checksum, unpack_state
+from spotlight.scheduling.polling import poll_until
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)

@@ -1,8 +1,8 @@
 """Benchmark a Qwen-Image-sized DiT (random weights, bf16) on one GPU with Spotlight's own code.
 
 Times, with CUDA events (median after warm-up): the raw transformer forward by batch and size,
-the Flow-GRPO sampler (spotlight.sampler.sample) end to end, and the GRPO update
-(spotlight.update.grpo_update) with LoRA and gradient checkpointing. Reports achieved TFLOP/s
+the Flow-GRPO sampler (spotlight.flow.sampler.sample) end to end, and the GRPO update
+(spotlight.flow.update.grpo_update) with LoRA and gradient checkpointing. Reports achieved TFLOP/s
 from an explicit FLOP count and compares with shared/calib/h200-qwen-image.json.
 
     python benchmarks/gpu_qwen_size.py --out OUT_DIR [--layers 60]
@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import group_advantages
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import grpo_update
 from spotlight.policies.base import TextCond, qwen_transformer_velocity
-from spotlight.sampler import sample
-from spotlight.update import grpo_update
 
 TXT_TOKENS = 128  # as in the calibration file
 DEVICE = "cuda"

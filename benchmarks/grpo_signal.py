@@ -39,14 +39,14 @@ import numpy as np
 import torch
 
 from spotlight.config import GRPO_LOSSES, apply_overrides
-from spotlight.grpo import grpo_loss
-from spotlight.loop import prompt_sets, score_groups
+from spotlight.flow.grpo import grpo_loss
+from spotlight.flow.sampler import sample, step_log_prob
+from spotlight.flow.sde import step_params, time_grid
+from spotlight.flow.update import grpo_update
 from spotlight.policies import make_policy
 from spotlight.recipes import RECIPES, get_recipe
 from spotlight.rewards import build_reward
-from spotlight.sampler import sample, step_log_prob
-from spotlight.sde import step_params, time_grid
-from spotlight.update import grpo_update
+from spotlight.training.loop import prompt_sets, score_groups
 
 
 def batch_gradients(policy, trajectories, advantages, cfg) -> torch.Tensor:

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from spotlight.flow.sampler import sample
 from spotlight.policies.tiny import TinyPolicy
 from spotlight.recipes import TASK_SAMPLER
 from spotlight.rewards.ocr import UPPERCASE, OcrReward
-from spotlight.sampler import sample
 from spotlight.tasks import base_checkpoint, get_task
 
 SETTINGS: list[dict] = [

@@ -7,8 +7,8 @@ Parts:
 
 * ``makespan``: a rollout of 64 equal items on replicas of unequal speed (1, 1, 0.5, 0.25: a
   mix of GPU generations or SP degrees), pulled from the real ``WorkQueue`` against static round
-  robin (``spotlight.dispatch``, simulated time); and rollout items submitted after exploration
-  items.
+  robin (``spotlight.scheduling.dispatch``, simulated time); and rollout items submitted after
+  exploration items.
 * ``queue``: the ``RequestQueue`` actor on a local Ray: items/s through submit -> pull ->
   complete -> results with two puller actors, against the same two actors called directly
   (push); the per-item overhead; the cost of one commit of the tiny-ocr checkpoint size.
@@ -38,8 +38,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def part_makespan() -> dict:
-    from spotlight.dispatch import pull_schedule, round_robin_schedule
-    from spotlight.work_queue import WorkItem
+    from spotlight.scheduling.dispatch import pull_schedule, round_robin_schedule
+    from spotlight.scheduling.work_queue import WorkItem
 
     speeds = [1.0, 1.0, 0.5, 0.25]
     its = [WorkItem(f"rollout-{i}", "rollout", 0, 0, ("p",), (i,)) for i in range(64)]
@@ -77,9 +77,9 @@ def part_makespan() -> dict:
 
 def _tiny_ocr_checkpoint():
     """One tiny-ocr item's trajectories after half its steps, as a replica commits them."""
+    from spotlight.flow.sampler import advance, start_trajectory
     from spotlight.policies import make_policy
     from spotlight.recipes import get_recipe
-    from spotlight.sampler import advance, start_trajectory
 
     cfg = get_recipe("tiny-ocr")
     policy = make_policy(cfg.policy, "cpu")
@@ -94,7 +94,7 @@ def part_queue(n: int = 2000) -> dict:
     import ray
 
     from spotlight.actors.request_queue import RequestQueue
-    from spotlight.work_queue import ItemCheckpoint, ItemResult, WorkItem
+    from spotlight.scheduling.work_queue import ItemCheckpoint, ItemResult, WorkItem
 
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
@@ -179,7 +179,7 @@ def part_commit(
 ) -> dict:
     import torch
 
-    from spotlight.work_queue import ItemCheckpoint
+    from spotlight.scheduling.work_queue import ItemCheckpoint
 
     torch.set_num_threads(1)
     rng = random.Random(0)
@@ -242,18 +242,14 @@ def part_notice(repeats: int = 5) -> dict:
     from spotlight.actors.handles import ensure_actors, kill_actors
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.config import SamplerConfig
-    from spotlight.deployments.sampler import (
-        ReplicaSpec,
-        SamplerReplica,
-        drain_node,
-        replica_actor_options,
-        reward_scorer,
-    )
+    from spotlight.deployments.node import drain_node
+    from spotlight.deployments.reward import reward_scorer
+    from spotlight.deployments.sampler import ReplicaSpec, SamplerReplica, replica_actor_options
+    from spotlight.flow.weights import policy_bytes
     from spotlight.job.local_cluster import head_resources
     from spotlight.policies import make_policy
     from spotlight.recipes import get_recipe
-    from spotlight.weights import policy_bytes
-    from spotlight.work_queue import SpillPolicy, WorkItem
+    from spotlight.scheduling.work_queue import SpillPolicy, WorkItem
 
     os.environ.update(
         {

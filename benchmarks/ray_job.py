@@ -82,7 +82,7 @@ def main() -> None:
     )
     result: dict = {"recipe": args.recipe, "iterations": args.iterations}
     with tempfile.TemporaryDirectory() as tmp:
-        from spotlight.run_local import run_local
+        from spotlight.training.run_local import run_local
 
         t0 = time.perf_counter()
         run_local(cfg, Path(tmp) / "local")

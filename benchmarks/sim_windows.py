@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from spotlight.sim_report import BASELINES
-from spotlight.traces import TRACES_DIR
+from spotlight.scheduling.traces import TRACES_DIR
+from spotlight.sim.sim_report import BASELINES
 
 
 def shipped_traces() -> list[str]:

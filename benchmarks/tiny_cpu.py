@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import group_advantages
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import grpo_update
 from spotlight.policies.tiny import TinyConfig, TinyPolicy
 from spotlight.prompts import word_prompts
-from spotlight.sampler import sample
-from spotlight.update import grpo_update
 
 
 def time_it(fn, repeats: int) -> list[float]:

@@ -17,9 +17,10 @@ every ``commit_every`` steps, so a replica that dies without warning loses at mo
 steps per item (its lease expires and another replica resumes from the commit). A watcher thread
 looks for a notice: a drain of its node requested through Ray (the trace injector, Serve, an
 operator, or another replica's watcher) or, when ``notice_sources`` names clouds, the instance
-metadata (spotlight/notices.py), which it turns into a drain of the node with the deadline less
-``drain_margin_s``. On a notice the replica stops pulling, commits each item in hand at its
-current step, hands the items back and idles until its node goes. A graceful stop does the same.
+metadata (spotlight/scheduling/notices.py), which it turns into a drain of the node with the
+deadline less ``drain_margin_s``. On a notice the replica stops pulling, commits each item in hand
+at its current step, hands the items back and idles until its node goes. A graceful stop does the
+same.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ from typing import Any
 import ray
 from ray import serve
 
-from spotlight.actors.names import RESOURCE_SPOT
-from spotlight.work_queue import Kind, Pool
+from spotlight.deployments.node import (
+    drain_node,
+    draining_deadlines,
+    idle_thread_priority,
+    node_pool,
+)
 
 logger = logging.getLogger("ray.serve")
 
@@ -72,7 +77,7 @@ class ReplicaSpec:
     """A cloud notice drains the node this long before the cloud's deadline."""
     sp_degree: int = 1
     """SP group size: above 1 a sample is split over that many worker processes with Ulysses
-    SP (spotlight/elastic.py)."""
+    SP (spotlight/sp/elastic.py)."""
     sp_workers: int = 1
     """Worker processes (GPUs) the replica owns, grouped into SP groups of ``sp_degree``
     that share each item's samples; 1: the replica samples in its own process."""
@@ -80,29 +85,6 @@ class ReplicaSpec:
     """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
     replicas share the trainer's cores, the trainer keeps them, as on its own GPU. (SP worker
     processes, ``sp_degree > 1``, keep their priority.)"""
-
-
-def idle_thread_priority() -> None:
-    """Give the calling thread idle scheduling priority (Linux ``SCHED_IDLE``, else nice 19):
-    it runs whenever the CPU would idle and yields to every other process, so the trainer
-    keeps its cores. Threads and processes it starts (Tesseract) inherit it. No privilege is
-    needed to lower a priority; never raises."""
-    tid = threading.get_native_id()
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, tid, 19)
-
-
-def node_pool() -> str:
-    """'spot' when this process runs on a node offering the ``spot`` resource."""
-    node_id = ray.get_runtime_context().get_node_id()
-    for node in ray.nodes():
-        if node["NodeID"] == node_id:
-            spot = node.get("Resources", {}).get(RESOURCE_SPOT, 0) > 0
-            return Pool.SPOT if spot else Pool.ON_DEMAND
-    return Pool.ON_DEMAND
 
 
 def replica_actor_options(
@@ -116,47 +98,6 @@ def replica_actor_options(
     if pool is not None:
         resources[pool] = 0.001
     return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
-
-
-def reward_scorer(
-    reward: str,
-    threads: int = 1,
-    idle_priority: bool = False,
-    model: str | None = None,
-    gpus: float = 0.0,
-):
-    """The bound reward deployment, on the on-demand side: losing a spot node must not take the
-    scorer every replica calls along with it. ``model``: the reward's local model folder;
-    ``gpus``: GPUs of its own (a model reward on a GPU cluster), 0 for a CPU reward."""
-    from spotlight.actors import names
-
-    actor = {"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-    if gpus > 0:
-        actor["num_gpus"] = gpus
-    return RewardScorer.options(ray_actor_options=actor).bind(reward, threads, idle_priority, model)
-
-
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1})
-class RewardScorer:
-    """Scores images with a named reward (``spotlight.rewards``); a model reward loads its
-    model once, on this replica's GPU when it has one."""
-
-    def __init__(
-        self, reward: str, threads: int = 1, idle_priority: bool = False, model: str | None = None
-    ):
-        import torch
-
-        from spotlight.rewards import build_reward
-
-        torch.set_num_threads(threads)
-        self._reward = build_reward(reward, model)
-        self.name = reward
-        self._idle = idle_priority
-
-    def __call__(self, images, prompts: list[str]) -> list[float]:
-        if self._idle:  # Serve calls from its own threads: set it here
-            idle_thread_priority()
-        return [float(r) for r in self._reward(images, prompts)]
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 1})
@@ -175,15 +116,8 @@ class SamplerReplica:
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
         self._sp = None
+        """The replica's SP worker processes and groups, when it has more than one worker."""
         workers = max(spec.sp_workers, spec.sp_degree)
-        if workers > 1:  # its own worker processes, one per GPU
-            from spotlight.elastic import NodeWorkers
-            from spotlight.sp_groups import check_degree
-
-            heads = self._policy.transformer.config.num_attention_heads
-            check_degree(spec.sp_degree, heads)
-            self._sp = NodeWorkers(workers, spec.threads)
-            self._sp.num_heads = heads
         self._reward = reward_handle
         self._actors = get_actors()
         ctx = serve.get_replica_context()
@@ -204,10 +138,13 @@ class SamplerReplica:
             "sp_regrowths": 0,
             "sp_regrow_failures": 0,
         }
-        self.sp_regroup_s: list[float] = []
-        self.sp_regrow_s: list[float] = []
-        self._sp_lost: list[int] = []
-        """SP workers lost since the last regrow: replaced at the next item's start."""
+        if workers > 1:  # its own worker processes, one per GPU
+            from spotlight.sp.replica_groups import ReplicaGroups
+
+            heads = self._policy.transformer.config.num_attention_heads
+            self._sp = ReplicaGroups(
+                workers, spec.threads, spec.sp_degree, heads, self.counters, logger
+            )
         self.weights_load_s: list[float] = []
         self.started_at = time.time()
         self._error: str | None = None
@@ -233,8 +170,8 @@ class SamplerReplica:
             "started_at": self.started_at,
             "error": self._error,
             "weights_load_s": list(self.weights_load_s),
-            "sp_regroup_s": list(self.sp_regroup_s),
-            "sp_regrow_s": list(self.sp_regrow_s),
+            "sp_regroup_s": list(self._sp.regroup_s) if self._sp is not None else [],
+            "sp_regrow_s": list(self._sp.regrow_s) if self._sp is not None else [],
             "node_id": self.node_id,
             "notice": self.notice,
             **self.counters,
@@ -265,7 +202,7 @@ class SamplerReplica:
     def _watch(self) -> None:
         """Heartbeats (so a lease outlives a long step or weights load) and the notice watch:
         the first notice (a Ray drain of this node, or a cloud's) sets ``_stop``."""
-        from spotlight.notices import NoticeWatcher
+        from spotlight.scheduling.notices import NoticeWatcher
 
         cloud = NoticeWatcher.for_clouds(list(self.spec.notice_sources))
         while self.notice is None:
@@ -283,7 +220,7 @@ class SamplerReplica:
                 return  # a graceful stop
 
     def _notice_now(self, cloud) -> dict[str, Any] | None:
-        from spotlight.notices import node_notice
+        from spotlight.scheduling.notices import node_notice
 
         found, drain_at = node_notice(
             self.node_id, draining_deadlines(), cloud, time.time(), self.spec.drain_margin_s
@@ -341,7 +278,8 @@ class SamplerReplica:
         header, state = fetch_weights(self._actors.broadcast, version)
         self._policy.load_state_dict(state)
         if self._sp is not None:  # the SP workers take the version through shared memory
-            self._sp_set_weights()
+            state = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}
+            self._sp.set_weights(state, self.spec.policy)
         self.version = (version, header.sha256)
         self.counters["weights_loads"] += 1
         self.weights_load_s.append(time.perf_counter() - t0)
@@ -352,180 +290,87 @@ class SamplerReplica:
         (the item's state is then committed and the item handed back)."""
         import torch
 
-        from spotlight.sampler import Trajectory, advance, start_trajectory
-        from spotlight.work_queue import ItemCheckpoint, ItemResult
+        from spotlight.flow.item_sampling import item_result, run_item, start_item
 
-        queue = self._actors.queue
         t0 = time.perf_counter()
         loads = self.counters["weights_loads"]
         self._ensure_version(item.weights_version)
-        if self._sp_lost:
-            self._sp_regrow()
+        if self._sp is not None and self._sp.lost:
+            self._sp.regrow()
         load_s = self.weights_load_s[-1] if self.counters["weights_loads"] > loads else 0.0
         if item.resume is not None:
-            trajs = [Trajectory.from_bytes(b) for b in item.resume.trajectories]
             self.counters["items_resumed"] += 1
-        else:
-            trajs = [
-                start_trajectory(
-                    p, s, self._policy.latent_shape, self._sampler_cfg, item.weights_version
-                )
-                for p, s in zip(item.prompts, item.seeds, strict=True)
-            ]
+        trajs = start_item(item, self._policy.latent_shape, self._sampler_cfg)
         start_step = trajs[0].step
-        cond = None
-        if self._sp is None:  # (SP workers encode the prompts themselves)
-            with torch.no_grad():
-                cond = self._policy.encode_prompts(list(item.prompts))
-        every = self.spec.commit_every
-        while not trajs[0].done:
-            if self._stop.is_set():  # notice or graceful stop: commit here, hand the item back
-                states = {}
-                if trajs[0].step > start_step:  # else the queue's checkpoint is as far
-                    ck = ItemCheckpoint(trajs[0].step, tuple(t.to_bytes() for t in trajs))
-                    states[item.item_id] = ck
-                    self.counters["commits"] += 1
-                ray.get(queue.release.remote(self.worker_id, states, self.notice is not None))
-                if self.notice is not None:
-                    self.notice["committed_s"] = time.time() - self.notice["seen_at"]
-                self.counters["items_handed_back"] += 1
-                self.counters["busy_s"] += time.perf_counter() - t0
-                return None
-            if self._sp is None:
-                advance(self._policy, trajs, 1, cond)
-            else:  # one step on the SP group, which returns the trajectories' states
-                trajs = self._sp_step(item, trajs)
-            step = trajs[0].step
-            if every and step % every == 0 and not trajs[0].done:
-                state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
-                ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
-                self.counters["commits"] += 1
+        trajs, finished = run_item(
+            trajs,
+            self._stepper(item),
+            self.spec.commit_every,
+            self._committer(item),
+            stop=self._stop.is_set,
+        )
+        if not finished:  # notice or graceful stop: commit here, hand the item back
+            self._hand_back(item, trajs, start_step)
+            self.counters["busy_s"] += time.perf_counter() - t0
+            return None
         images = self._policy.decode(torch.stack([tr.latents for tr in trajs]))
         rewards = self._reward.remote(images, list(item.prompts)).result()
         busy = time.perf_counter() - t0
         self.counters["items"] += 1
         self.counters["samples"] += len(trajs)
         self.counters["busy_s"] += busy
-        keep = item.kind != Kind.VAL  # validation needs only the rewards
-        return ItemResult(
-            item_id=item.item_id,
+        return item_result(
+            item,
+            trajs,
+            rewards,
             worker_id=self.worker_id,
             pool=self.pool,
-            rewards=[float(r) for r in rewards],
-            trajectories=[tr.to_bytes() for tr in trajs] if keep else [],
             busy_s=busy,
             resumed_from_step=start_step,
-            sp_degree=len(self._sp.groups[0]) if self._sp is not None else 1,
+            sp_degree=self._sp.group_degree if self._sp is not None else 1,
             weights_load_s=load_s,
-            images=None if keep else images,
+            images=images,
         )
 
-    def _sp_set_weights(self) -> None:
-        """Give the SP workers the replica's weights (a new version); form the group the first
-        time. A worker that died meanwhile is regrouped away, as in :meth:`_sp_step`."""
-        from spotlight.elastic import WorkerLost
+    def _stepper(self, item):
+        """One denoising step of ``item``: in this process, or on the replica's SP groups
+        (which encode the prompts themselves and return the trajectories' states)."""
+        import torch
 
-        state = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}
-        while True:
-            try:
-                self._sp.set_weights(state, self.spec.policy)
-                if not self._sp.groups:
-                    self._sp.form(self._sp_shape(list(self._sp.workers)))
-                return
-            except WorkerLost as e:
-                self._sp_regroup(e.dead)
+        from spotlight.flow.sampler import advance
 
-    def _sp_step(self, item, trajs):
-        """One denoising step on the replica's SP groups: one group normally; after a loss,
-        every group the survivors form (say 2 + 1), each taking a share of the item's samples
-        (``sp_groups.share_item``). When workers die (their GPUs are gone), the survivors are
-        re-formed without new processes or a weights reload, and the step is redone from the
-        state before it."""
-        from spotlight.elastic import WorkerLost
-        from spotlight.sampler import Trajectory
-        from spotlight.sp_groups import share_item
-
-        before = [t.to_bytes() for t in trajs]
-        while True:
-            shares = share_item(len(before), self._sp.groups)
-            used = [group for group, _ in shares]
-            parts = [(list(item.prompts[sl]), list(item.seeds[sl]), before[sl]) for _, sl in shares]
-            try:
-                states = self._sp.sample_groups(
-                    used, parts, self.spec.sampler, item.weights_version, 1
-                )
-                return [Trajectory.from_bytes(b) for part in states for b in part]
-            except WorkerLost as e:
-                self._sp_regroup(e.dead)
-
-    def _sp_shape(self, members: list[int]) -> list[list[int]]:
-        """The groups ``members`` form at this replica's SP degree (``sp_groups.group_shape``)."""
-        from spotlight.sp_groups import group_shape
-
-        return group_shape(members, self.spec.sp_degree, self._sp.num_heads)
-
-    def _sp_regroup(self, dead: list[int]) -> None:
-        t0 = time.perf_counter()
-        for wid in dead:
-            self._sp.lose(wid)
-            self._sp_lost.append(wid)
-        survivors = list(self._sp.workers)
-        if not survivors:
-            raise RuntimeError("every SP worker of this replica died")
-        self._sp.form(self._sp_shape(survivors))
-        self.counters["sp_regroups"] += 1
-        self.sp_regroup_s.append(time.perf_counter() - t0)
-
-    def _sp_regrow(self) -> None:
-        """Replace the SP workers lost since the last item: new processes that take the weights
-        from a surviving peer through shared memory (no storage read), then the replica's full
-        set of groups again. The next item waits for it (3.4 s on the 2-core CPU,
-        docs/benchmarks.md). Tried once per loss: a worker that cannot start (its GPU is really
-        gone) is given up, and the replica carries on with the groups it has."""
-        from spotlight.elastic import WorkerLost
-
-        t0 = time.perf_counter()
-        lost, self._sp_lost = sorted(self._sp_lost), []
-        try:
-            self._sp.join(lost, peer=next(iter(self._sp.workers)))
-            members = sorted(self._sp.workers)
-            self._sp.form(self._sp_shape(members))
-        except WorkerLost as e:  # a worker died meanwhile: regroup what is left, give up
-            self._sp_regroup(e.dead)
-            self._sp_lost = []
-            self.counters["sp_regrow_failures"] += 1
-            return
-        except Exception:
-            logger.warning(
-                "[spotlight] SP workers %s could not be replaced:\n%s", lost, traceback.format_exc()
+        if self._sp is not None:
+            return lambda trajs: self._sp.step(
+                item.prompts, item.seeds, trajs, self.spec.sampler, item.weights_version
             )
-            for wid in lost:
-                if wid in self._sp.workers:
-                    self._sp.lose(wid)
-            self._sp_regroup([])
-            self.counters["sp_regrow_failures"] += 1
-            return
-        self.counters["sp_regrowths"] += 1
-        self.sp_regrow_s.append(time.perf_counter() - t0)
+        with torch.no_grad():
+            cond = self._policy.encode_prompts(list(item.prompts))
 
+        def step(trajs):
+            advance(self._policy, trajs, 1, cond)
+            return trajs
 
-def draining_deadlines() -> dict[str, int]:
-    """``{node_id_hex: deadline_ms}`` of the nodes being drained (0: no deadline). Uses Ray's
-    private state API, as Serve and Train do (see RAY_NOTES)."""
-    from ray._private.state import state
+        return step
 
-    return state.get_draining_nodes()
+    def _committer(self, item):
+        """Where ``item``'s periodic commits go: the queue, under this replica's lease."""
 
+        def commit(state) -> None:
+            ray.get(self._actors.queue.commit.remote(item.item_id, self.worker_id, state))
+            self.counters["commits"] += 1
 
-def drain_node(node_id: str, deadline_unix_s: float, message: str) -> bool:
-    """Ask the GCS to drain ``node_id`` for a preemption, with a deadline; True if accepted."""
-    from ray.core.generated import autoscaler_pb2
+        return commit
 
-    gcs = ray._raylet.GcsClient(address=ray.get_runtime_context().gcs_address)
-    accepted, _ = gcs.drain_node(
-        node_id,
-        autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-        message,
-        int(deadline_unix_s * 1000),
-    )
-    return bool(accepted)
+    def _hand_back(self, item, trajs, start_step: int) -> None:
+        """Release ``item`` with its state at the current step (unless no step was made here:
+        the queue's checkpoint is then as far) and count the hand-back."""
+        from spotlight.flow.item_sampling import checkpoint
+
+        states = {}
+        if trajs[0].step > start_step:
+            states[item.item_id] = checkpoint(trajs)
+            self.counters["commits"] += 1
+        ray.get(self._actors.queue.release.remote(self.worker_id, states, self.notice is not None))
+        if self.notice is not None:
+            self.notice["committed_s"] = time.time() - self.notice["seen_at"]
+        self.counters["items_handed_back"] += 1

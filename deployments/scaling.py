@@ -3,15 +3,16 @@
 Sampler replicas pull their work, so Serve's default signal (ongoing requests per replica) is
 always zero for them. Instead each replica reports the queue's depth through
 ``record_autoscaling_stats`` and this policy asks for
-:func:`spotlight.scaling.desired_replicas`. On a cluster, replicas Serve cannot place make the
-autoscaler ask for spot nodes (and, failing those, the lower-priority on-demand sampler type).
+:func:`spotlight.scheduling.scaling.desired_replicas`. On a cluster, replicas Serve cannot place
+make the autoscaler ask for spot nodes (and, failing those, the lower-priority on-demand sampler
+type).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from spotlight.scaling import desired_replicas
+from spotlight.scheduling.scaling import desired_replicas
 
 
 def _latest(metric: dict | None) -> float:

@@ -15,11 +15,11 @@ and calls :meth:`Controller.iteration` once per iteration:
 5. ``_await_update``: the trainer's update (weights ``v_t + 1``); what exploration finished
    meanwhile selects the next iteration's seeds.
 
-The arithmetic is pure and shared with the local loop (``spotlight.rollout``,
-``spotlight.loop``, ``spotlight.exploration``); the queue's plumbing is :mod:`.queue_client`.
-A restarted driver (``--resume DIR``) continues after the last checkpointed iteration: the
-trainer starts from that checkpoint and publishes its version, finished queue items of the
-interrupted iteration are reused (their ids are deterministic), nothing is trained twice.
+The arithmetic is pure and shared with the local loop (``spotlight.training.rollout``,
+``spotlight.training.loop``, ``spotlight.explore.exploration``); the queue's plumbing is
+:mod:`.queue_client`. A restarted driver (``--resume DIR``) continues after the last checkpointed
+iteration: the trainer starts from that checkpoint and publishes its version, finished queue items
+of the interrupted iteration are reused (their ids are deterministic), nothing is trained twice.
 """
 
 from __future__ import annotations
@@ -31,14 +31,26 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.costs import Ledger
 from spotlight.job import launch, protocol
 from spotlight.job.options import RayOptions
 from spotlight.job.queue_client import QueueClient
-from spotlight.loop import iteration_batch, metrics_row, prompt_sets, score_groups, update_seed
-from spotlight.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
-from spotlight.run_folder import CKPT_DIR, atomic, read_checkpoint_state, sha256, write_json
-from spotlight.work_queue import Kind, Pool
+from spotlight.scheduling.costs import Ledger
+from spotlight.scheduling.work_queue import Kind, Pool
+from spotlight.training.loop import (
+    iteration_batch,
+    metrics_row,
+    prompt_sets,
+    score_groups,
+    update_seed,
+)
+from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
+from spotlight.training.run_folder import (
+    CKPT_DIR,
+    atomic,
+    read_checkpoint_state,
+    sha256,
+    write_json,
+)
 
 BANDIT_FILE = "bandit_state.json"
 """The planner's statistics, saved by the bandit-state actor inside the run folder."""
@@ -75,7 +87,7 @@ class Controller:
         log: TextIO | None,
         injector=None,
     ):
-        from spotlight.planner import Planner
+        from spotlight.explore.planner import Planner
 
         self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
         self.injector = injector
@@ -199,7 +211,7 @@ class Controller:
         explored seeds is measured, and the group advantages are computed."""
         import torch
 
-        from spotlight.exploration import rank_preservation
+        from spotlight.explore.exploration import rank_preservation
 
         g = plan.group
         per_prompt = [(p, rewards[b * g : (b + 1) * g]) for b, p in enumerate(plan.prompts)]
@@ -272,7 +284,7 @@ class Controller:
     # -- Exploration ---------------------------------------------------------------------
     def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int) -> list:
         """``flat`` (prompt, seed) samples as work items of ``sampler.batch_size``."""
-        from spotlight.work_queue import WorkItem
+        from spotlight.scheduling.work_queue import WorkItem
 
         return [
             WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss)
@@ -283,7 +295,7 @@ class Controller:
         """This iteration's exploration budget: ``budget_seeds`` when fixed; else, for
         ``critical_path``, the cap; for ``spot``, the seeds the replicas can sample during the
         predicted training time (both measured)."""
-        from spotlight.planner import exploration_budget
+        from spotlight.explore.planner import exploration_budget
 
         xcfg = self.cfg.exploration
         if xcfg.budget_seeds:
@@ -297,7 +309,7 @@ class Controller:
 
     def _submit_exploration(self, it: int, version: int):
         """Plan and queue the exploration of iteration ``it``'s prompts on weights ``version``."""
-        from spotlight.exploration import Exploration
+        from spotlight.explore.exploration import Exploration
 
         cfg = self.cfg
         unique = iteration_batch(cfg, self.train_prompts, it)[0][:: cfg.grpo.group_size]
@@ -308,7 +320,7 @@ class Controller:
 
     def _collect_exploration(self, exp, fresh_version: int) -> None:
         """Take what finished (unfinished items are withdrawn), select, learn."""
-        from spotlight.exploration import select_groups
+        from spotlight.explore.exploration import select_groups
 
         ids = exp.all_item_ids()
         if self.cfg.exploration.budget_seeds and ids:  # a fixed budget is explored in full
@@ -333,7 +345,7 @@ class Controller:
 
     def _explore_now(self, it: int, version: int, unique: list[str], budget: int):
         """Critical-path exploration: explore on ``version`` and wait for all of it."""
-        from spotlight.exploration import Exploration, select_groups
+        from spotlight.explore.exploration import Exploration, select_groups
 
         cfg = self.cfg
         exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
@@ -396,7 +408,7 @@ class Controller:
         the ledger, the next iteration's explored seeds and the counters."""
         import ray
 
-        from spotlight.weights import unpack_state
+        from spotlight.flow.weights import unpack_state
 
         ckpt = self.out_dir / CKPT_DIR
         ckpt.mkdir(exist_ok=True)
@@ -438,7 +450,7 @@ class Controller:
         ckpt = self.out_dir / CKPT_DIR
         nxt = state.get("next_selection")
         if nxt:
-            from spotlight.exploration import Selection
+            from spotlight.explore.exploration import Selection
 
             self.next_selection = Selection(
                 nxt["seeds"],

@@ -34,12 +34,8 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
     from ray import serve
 
     from spotlight.actors import names
-    from spotlight.deployments.sampler import (
-        ReplicaSpec,
-        SamplerReplica,
-        replica_actor_options,
-        reward_scorer,
-    )
+    from spotlight.deployments.reward import reward_scorer
+    from spotlight.deployments.sampler import ReplicaSpec, SamplerReplica, replica_actor_options
 
     spec = ReplicaSpec(
         policy=dataclasses.asdict(cfg.policy),

@@ -3,8 +3,8 @@
 The head node plays the on-demand part of cluster.yaml (``control``, ``on_demand``, the
 trainer's ``trainer_gpu``, and one on-demand ``sampler_gpu`` for the spill replica); each spot
 node is a separate raylet (``ray.cluster_utils.Cluster``) offering ``spot`` and one
-``sampler_gpu``. :class:`spotlight.traces.TraceInjector` decides when nodes get a notice (a Ray
-drain with a deadline, reason preemption), go, or come back; this module only carries it out.
+``sampler_gpu``. :class:`spotlight.scheduling.traces.TraceInjector` decides when nodes get a notice
+(a Ray drain with a deadline, reason preemption), go, or come back; this module only carries it out.
 ``Cluster.add_node`` must run on the main thread, so the controller ticks the injector from its
 wait loop.
 """
@@ -15,7 +15,7 @@ import time
 from typing import Any, TextIO
 
 from spotlight.actors import names
-from spotlight.traces import TraceInjector, load_trace, replay_events
+from spotlight.scheduling.traces import TraceInjector, load_trace, replay_events
 
 
 class LocalSpotCluster:
@@ -62,7 +62,7 @@ class LocalSpotCluster:
         return self.nodes[slot].node_id
 
     def drain(self, slot: int, deadline_unix_s: float) -> None:
-        from spotlight.deployments.sampler import drain_node
+        from spotlight.deployments.node import drain_node
 
         drain_node(self.node_id(slot), deadline_unix_s, f"spot trace: node {slot} preempted")
 

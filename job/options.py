@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spotlight.costs import PriceTable
+from spotlight.scheduling.costs import PriceTable
 
 
 @dataclass
@@ -41,7 +41,7 @@ class RayOptions:
     """Status line interval while waiting."""
     keep_cluster_state: bool = False
     """Leave the Serve app and detached actors running at the end (default: clean up)."""
-    # -- Preemptions (see deployments/sampler.py, spotlight/work_queue.py) --------------------
+    # -- Preemptions (see deployments/sampler.py, spotlight/scheduling/work_queue.py) --
     lease_s: float = 30.0
     """A pulled item's lease; heartbeats (every 2 s, from a thread of their own) and commits
     extend it. A replica that dies without a word holds its items this long."""
@@ -94,7 +94,7 @@ class RayOptions:
         return 1.0 if self.device.startswith("cuda") and reward in MODEL_REWARDS else 0.0
 
     def spill_policy(self):
-        from spotlight.work_queue import SpillPolicy
+        from spotlight.scheduling.work_queue import SpillPolicy
 
         return SpillPolicy(self.spill, self.spill_wait_s)
 
@@ -119,11 +119,11 @@ class RayOptions:
         if self.lease_s <= 0 or self.commit_every < 0 or self.trace_time_scale <= 0:
             raise ValueError("need lease_s > 0, commit_every >= 0 and trace_time_scale > 0")
         self.spill_policy()
-        from spotlight.notices import NoticeWatcher
+        from spotlight.scheduling.notices import NoticeWatcher
 
         NoticeWatcher.for_clouds(list(self.notice_sources))  # refuses unknown clouds
         if self.spot_trace is not None:
-            from spotlight.traces import load_trace
+            from spotlight.scheduling.traces import load_trace
 
             load_trace(self.spot_trace)  # a missing or malformed trace fails before Ray starts
 

@@ -19,8 +19,8 @@ import time
 from typing import Any, TextIO
 
 from spotlight import progress
-from spotlight.costs import Ledger
-from spotlight.work_queue import Pool
+from spotlight.scheduling.costs import Ledger
+from spotlight.scheduling.work_queue import Pool
 
 WAIT_SLICE_S = 1.0
 """Long-poll slice: the driver accounts time and checks the trainer at least this often."""
@@ -187,7 +187,7 @@ class QueueClient:
         """Wait until the trainer has published weights ``version``."""
         import ray
 
-        from spotlight.polling import poll_until
+        from spotlight.scheduling.polling import poll_until
 
         b = self.actors.broadcast
 

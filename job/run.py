@@ -22,8 +22,8 @@ from spotlight.job.controller import Controller
 from spotlight.job.options import RayOptions
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.job.ray_logs import RayLogRoute
-from spotlight.loop import stop_reason, validate_now
-from spotlight.run_folder import (
+from spotlight.training.loop import stop_reason, validate_now
+from spotlight.training.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,

@@ -3,7 +3,7 @@
 Each worker runs :func:`train_loop`: for every iteration it waits for the controller's training
 batch (``train/<iteration>`` in the request queue's mailbox; :mod:`spotlight.job.protocol` has
 the whole hand-off), replays its data-parallel
-slice of it through :func:`spotlight.update.grpo_update` with gradients averaged across workers
+slice of it through :func:`spotlight.flow.update.grpo_update` with gradients averaged across workers
 (DDP semantics; gloo on CPU, NCCL on GPU), and then rank 0
 
 * publishes the new weights version to the ``WeightBroadcast`` actor,
@@ -78,11 +78,11 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.actors.handles import get_actors
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.config import Config
+    from spotlight.flow.sampler import Trajectory
+    from spotlight.flow.update import grpo_update, training_state
+    from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
     from spotlight.policies import make_policy
-    from spotlight.sampler import Trajectory
-    from spotlight.update import grpo_update, training_state
-    from spotlight.weights import policy_bytes
 
     _quiet_train_logs()
     torch.set_num_threads(config["threads"])
@@ -181,8 +181,8 @@ def _publish(actors, policy, optimizer, it: int, version: int, metrics: dict, wo
     import ray.train
 
     from spotlight.actors.weight_broadcast import publish_weights
+    from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
-    from spotlight.weights import policy_bytes
 
     weights = policy_bytes(policy)
     opt = optimizer_bytes(optimizer)

@@ -11,7 +11,7 @@ the whole run: its busy time counts as on-demand) and leaves its samples out of 
 measured throughput, which sizes the exploration budget. The simulator measures what this is
 worth on spot traces (``System.trainer_samples``, docs/simulator.md).
 
-Sampling here is the replicas' code path (``spotlight.sampler``) with the replicas' torch
+Sampling here is the replicas' code path (``spotlight.flow.sampler``) with the replicas' torch
 thread count, so a sample's bits do not depend on who drew it (the seed contract).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import ray
 import torch
 
-from spotlight.work_queue import ItemCheckpoint, ItemResult, Kind, Pool
+from spotlight.scheduling.work_queue import ItemResult, Kind, Pool
 
 MAILBOX_POLL_S = 0.5
 """How long one wait for an item lasts before the worker looks for its training batch again."""
@@ -86,29 +86,25 @@ class TrainerSampler:
 
     def sample(self, queue, item) -> ItemResult:
         """Sample ``item`` (from its checkpoint, if it has one) and score it."""
-        from spotlight.sampler import Trajectory, advance, start_trajectory
+        from spotlight.flow.item_sampling import item_result, run_item, start_item
+        from spotlight.flow.sampler import advance
+
+        def commit(state) -> None:
+            ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
 
         t0 = time.perf_counter()
         torch.set_num_threads(self.threads)
         try:
-            if item.resume is not None:
-                trajs = [Trajectory.from_bytes(b) for b in item.resume.trajectories]
-            else:
-                trajs = [
-                    start_trajectory(
-                        p, s, self.policy.latent_shape, self.sampler, item.weights_version
-                    )
-                    for p, s in zip(item.prompts, item.seeds, strict=True)
-                ]
+            trajs = start_item(item, self.policy.latent_shape, self.sampler)
             start_step = trajs[0].step
             with torch.no_grad():
                 cond = self.policy.encode_prompts(list(item.prompts))
-                while not trajs[0].done:
+
+                def step(trajs):
                     advance(self.policy, trajs, 1, cond)
-                    step = trajs[0].step
-                    if self.commit_every and step % self.commit_every == 0 and not trajs[0].done:
-                        state = ItemCheckpoint(step, tuple(t.to_bytes() for t in trajs))
-                        ray.get(queue.commit.remote(item.item_id, self.worker_id, state))
+                    return trajs
+
+                trajs, _ = run_item(trajs, step, self.commit_every, commit)
                 images = self.policy.decode(torch.stack([tr.latents for tr in trajs]))
         finally:
             torch.set_num_threads(self.train_threads)
@@ -117,14 +113,12 @@ class TrainerSampler:
         self.items += 1
         self.samples += len(trajs)
         self.busy_s += busy
-        return ItemResult(
-            item_id=item.item_id,
+        return item_result(
+            item,
+            trajs,
+            rewards,
             worker_id=self.worker_id,
             pool=Pool.TRAINER,
-            rewards=[float(r) for r in rewards],
-            trajectories=[tr.to_bytes() for tr in trajs],
             busy_s=busy,
             resumed_from_step=start_step,
-            sp_degree=1,
-            weights_load_s=0.0,
         )

@@ -24,7 +24,7 @@ def enable_ulysses(transformer: torch.nn.Module, degree: int) -> None:
     """Turn on Ulysses SP of ``degree`` (the process group's world size) for ``transformer``."""
     from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
 
-    from spotlight.sp_groups import check_degree
+    from spotlight.sp.sp_groups import check_degree
 
     if not dist.is_initialized():
         raise RuntimeError("initialise torch.distributed with the SP group first")

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.run_folder import METRICS, SUMMARY
+from spotlight.training.run_folder import METRICS, SUMMARY
 
 MODES = {
     "off": {"mode": "off"},

@@ -42,7 +42,7 @@ class SamplerConfig:
     group_init_noise: bool = False
     """The G members of a prompt's group share their initial noise x(t=1) (DanceGRPO
     ``--init_same_noise``), so they differ only by their SDE steps' noise. The loop draws one
-    init seed per group (``spotlight.loop.iteration_batch(..., with_init_seeds=True)``) and
+    init seed per group (``spotlight.training.loop.iteration_batch(..., with_init_seeds=True)``) and
     passes it to the sampler; a trajectory records it as ``init_seed``. Without an init seed
     (validation) a sample's initial noise comes from its own seed as usual."""
 
@@ -119,9 +119,9 @@ class GRPOConfig:
     loss: str = "flow_grpo"
     """'flow_grpo': the clipped ratio objective on the log-probs of the SDE steps (Flow-GRPO);
     'awm': advantage-weighted flow matching on the final samples
-    (spotlight.grpo.advantage_weighted_matching_loss; uses no log-probs or step states);
+    (spotlight.flow.grpo.advantage_weighted_matching_loss; uses no log-probs or step states);
     'nft': DiffusionNFT, flow matching of the final samples by implicit positive and negative
-    policies around the sampling policy's velocity (spotlight.grpo.diffusion_nft_loss; no
+    policies around the sampling policy's velocity (spotlight.flow.grpo.diffusion_nft_loss; no
     log-probs or step states either; one extra no-grad forward per sample and draw for the
     sampling policy's velocity, except in the update's first chunk)."""
     shuffle_advantages: bool = False
@@ -183,7 +183,7 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class ExplorationConfig:
-    """Seed exploration (DESIGN.md observation 1) and its planner (spotlight/planner.py)."""
+    """Seed exploration (DESIGN.md observation 1) and its planner (spotlight/explore/planner.py)."""
 
     mode: str = "off"
     """'off': random seeds; 'spot': explore the next iteration's prompts on the current

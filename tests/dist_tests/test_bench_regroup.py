@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spotlight.bench_regroup import regroup_cost_s, restart_cost_s
+from spotlight.sp.bench_regroup import regroup_cost_s, restart_cost_s
 
 
 def test_cost_model():

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import spotlight
-from spotlight.elastic import NodeWorkers
-from spotlight.sp_groups import assign, valid_degrees
+from spotlight.sp.elastic import NodeWorkers
+from spotlight.sp.sp_groups import assign, valid_degrees
 
 
 def _alive(pid: int) -> bool:
@@ -56,7 +56,7 @@ def test_bad_worker_counts_are_refused():
 
 
 def test_a_worker_that_dies_or_stalls_while_starting_is_given_up_not_waited_for():
-    from spotlight.elastic import WorkerLost
+    from spotlight.sp.elastic import WorkerLost
 
     with pytest.raises(WorkerLost) as lost:  # torch refuses 0 threads: the child dies at once
         NodeWorkers(1, threads=0)

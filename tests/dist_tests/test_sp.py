@@ -74,17 +74,17 @@ def test_invalid_degrees_are_refused_with_the_valid_ones():
     pol = make_policy(get_recipe("tiny-ocr").policy, "cpu")
     with pytest.raises(RuntimeError, match="initialise torch"):
         enable_ulysses(pol.transformer, 3)
-    from spotlight.sp_groups import check_degree
+    from spotlight.sp.sp_groups import check_degree
 
     with pytest.raises(ValueError, match="valid degrees: 1, 2, 4"):
         check_degree(3, pol.transformer.config.num_attention_heads)
 
 
 def test_items_in_flight_survive_a_regroup_and_match_one_process():
-    from spotlight.elastic import NodeWorkers
+    from spotlight.flow.sampler import Trajectory, sample
     from spotlight.policies import make_policy
-    from spotlight.sampler import Trajectory, sample
-    from spotlight.sp_groups import assign, valid_degrees
+    from spotlight.sp.elastic import NodeWorkers
+    from spotlight.sp.sp_groups import assign, valid_degrees
 
     cfg = get_recipe("tiny-ocr")
     smp = dataclasses.asdict(cfg.sampler)

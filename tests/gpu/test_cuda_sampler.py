@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import group_advantages
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import Trajectory, advance, sample, start_trajectory
+from spotlight.flow.update import grpo_update
 from spotlight.policies.tiny import TinyConfig, TinyPolicy
-from spotlight.sampler import Trajectory, advance, sample, start_trajectory
-from spotlight.update import grpo_update
 
 pytestmark = [
     pytest.mark.gpu,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spotlight.weights import WeightsCorrupted, WeightsHeader, checksum, pack_state
+from spotlight.flow.weights import WeightsCorrupted, WeightsHeader, checksum, pack_state
 
 
 def _blob(x: float) -> bytes:
@@ -53,7 +53,7 @@ def test_bandit_state_survives_an_actor_restart(local_ray, tmp_path):
 
 def test_request_queue_long_poll_returns_when_work_arrives(local_ray):
     from spotlight.actors.request_queue import RequestQueue
-    from spotlight.work_queue import ItemResult, WorkItem
+    from spotlight.scheduling.work_queue import ItemResult, WorkItem
 
     q = RequestQueue.remote(lease_s=30.0)
     local_ray.get(q.open_run.remote("t"))

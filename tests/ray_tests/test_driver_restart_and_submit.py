@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 
 from ray_tests.helpers import ray_options, smoke
 from spotlight.job.options import local_resources
-from spotlight.loop import ReferenceLoop
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
+from spotlight.training.loop import ReferenceLoop
 
 pytestmark = pytest.mark.slow
 

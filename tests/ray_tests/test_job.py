@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 from ray_tests.helpers import ray_options, smoke
-from spotlight.costs import PriceTable
-from spotlight.loop import ReferenceLoop
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
+from spotlight.scheduling.costs import PriceTable
+from spotlight.training.loop import ReferenceLoop
 
 pytestmark = pytest.mark.slow
 

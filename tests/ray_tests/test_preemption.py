@@ -14,7 +14,7 @@ import torch
 from spotlight.actors import names
 from spotlight.config import SamplerConfig
 from spotlight.job.local_cluster import head_resources
-from spotlight.work_queue import SpillPolicy, WorkItem
+from spotlight.scheduling.work_queue import SpillPolicy, WorkItem
 
 pytestmark = pytest.mark.slow
 
@@ -91,16 +91,12 @@ def test_items_survive_a_notice_a_hard_kill_and_a_node_coming_back(spot_cluster)
 
     from spotlight.actors.handles import ensure_actors
     from spotlight.actors.weight_broadcast import publish_weights
-    from spotlight.deployments.sampler import (
-        ReplicaSpec,
-        SamplerReplica,
-        drain_node,
-        replica_actor_options,
-        reward_scorer,
-    )
+    from spotlight.deployments.node import drain_node
+    from spotlight.deployments.reward import reward_scorer
+    from spotlight.deployments.sampler import ReplicaSpec, SamplerReplica, replica_actor_options
+    from spotlight.flow.sampler import Trajectory, sample
+    from spotlight.flow.weights import policy_bytes
     from spotlight.rewards import build_reward
-    from spotlight.sampler import Trajectory, sample
-    from spotlight.weights import policy_bytes
 
     cluster, (node_a, node_b) = spot_cluster
     policy, cfg = _policy()

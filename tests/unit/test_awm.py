@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import advantage_weighted_matching_loss, group_advantages
-from spotlight.sampler import sample
-from spotlight.update import awm_noise, grpo_update
+from spotlight.flow.grpo import advantage_weighted_matching_loss, group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import awm_noise, grpo_update
 
 AWM = GRPOConfig(group_size=4, train_batch_size=8, loss="awm", awm_draws=3)
 

@@ -5,9 +5,15 @@ import math
 import pytest
 import torch
 
-from spotlight.costs import Ledger, PriceTable
-from spotlight.scaling import desired_replicas
-from spotlight.weights import WeightsCorrupted, WeightsHeader, checksum, pack_state, unpack_state
+from spotlight.flow.weights import (
+    WeightsCorrupted,
+    WeightsHeader,
+    checksum,
+    pack_state,
+    unpack_state,
+)
+from spotlight.scheduling.costs import Ledger, PriceTable
+from spotlight.scheduling.scaling import desired_replicas
 
 
 def test_ledger_costs_held_time_by_pool():

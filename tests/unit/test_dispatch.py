@@ -2,8 +2,8 @@
 
 import pytest
 
-from spotlight.dispatch import pull_schedule, round_robin_schedule
-from spotlight.work_queue import WorkItem
+from spotlight.scheduling.dispatch import pull_schedule, round_robin_schedule
+from spotlight.scheduling.work_queue import WorkItem
 
 
 def items(n, kind="rollout", start=0):

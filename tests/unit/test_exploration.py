@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from spotlight.exploration import (
+from spotlight.explore.exploration import (
     Exploration,
     candidate_seeds,
     rank_preservation,
     select_groups,
 )
-from spotlight.work_queue import ItemResult
+from spotlight.scheduling.work_queue import ItemResult
 
 
 def _exp(plan=None, version=3) -> Exploration:

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import gaussian_mean_kl, group_advantages, grpo_loss
-from spotlight.sampler import sample
-from spotlight.update import grpo_update, train_step_indices
+from spotlight.flow.grpo import gaussian_mean_kl, group_advantages, grpo_loss
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import grpo_update, train_step_indices
 
 
 def test_group_advantages_normalize_each_group():
@@ -98,9 +98,9 @@ def test_update_gives_finite_gradients_and_on_policy_ratios_of_one(small_policy)
 
 def test_recorded_log_probs_equal_the_replayed_ones_for_multichannel_latents():
     """The sampler's per-step log-prob is a per-sample quantity whatever the channel count."""
+    from spotlight.flow.sampler import step_log_prob
+    from spotlight.flow.sde import step_params, time_grid
     from spotlight.policies.tiny import TinyConfig, TinyPolicy
-    from spotlight.sampler import step_log_prob
-    from spotlight.sde import step_params, time_grid
 
     policy = TinyPolicy(
         TinyConfig(

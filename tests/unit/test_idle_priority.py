@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from spotlight.deployments.sampler import idle_thread_priority
+from spotlight.deployments.node import idle_thread_priority
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")

@@ -8,9 +8,9 @@ import torch
 
 from spotlight.cli import main
 from spotlight.config import Config, GRPOConfig, PolicyConfig, SamplerConfig
-from spotlight.loop import iteration_batch, prompt_sets, score_groups
 from spotlight.recipes import RECIPES, get_recipe
-from spotlight.run_local import run_local
+from spotlight.training.loop import iteration_batch, prompt_sets, score_groups
+from spotlight.training.run_local import run_local
 
 from .conftest import SMALL
 
@@ -177,10 +177,10 @@ def test_control_runs_permute_the_advantages_across_the_batch():
 
 
 def test_the_local_loop_shares_initial_noise_within_groups_when_asked(monkeypatch):
-    import spotlight.loop as loop_module
-    from spotlight.loop import ReferenceLoop
+    import spotlight.training.loop as loop_module
     from spotlight.policies import make_policy
     from spotlight.rewards import build_reward
+    from spotlight.training.loop import ReferenceLoop
 
     captured = []
     real_sample = loop_module.sample
@@ -217,7 +217,7 @@ def test_the_local_runner_refuses_an_exploration_mode_it_cannot_run(tmp_path, ca
 
 
 def test_validate_now_and_stop_reason():
-    from spotlight.loop import stop_reason, validate_now
+    from spotlight.training.loop import stop_reason, validate_now
 
     cfg = dataclasses.replace(FAST, num_iterations=10, val_every=3)
     assert [it for it in range(10) if validate_now(cfg, it, 0.0)] == [2, 5, 8, 9]

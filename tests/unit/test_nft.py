@@ -6,11 +6,11 @@ import dataclasses
 import pytest
 import torch
 
-import spotlight.update as update
+import spotlight.flow.update as update
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import diffusion_nft_loss, group_advantages, nft_optimality
-from spotlight.sampler import sample
-from spotlight.update import awm_noise, grpo_update
+from spotlight.flow.grpo import diffusion_nft_loss, group_advantages, nft_optimality
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import awm_noise, grpo_update
 
 NFT = GRPOConfig(group_size=4, train_batch_size=8, loss="nft", nft_draws=2)
 

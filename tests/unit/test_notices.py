@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spotlight.notices import (
+from spotlight.scheduling.notices import (
     NoticeWatcher,
     Unreachable,
     aws_notice,
@@ -109,7 +109,7 @@ def test_for_clouds_validates():
 
 
 def test_node_notice_prefers_a_drain_under_way_and_turns_cloud_notices_into_drains():
-    from spotlight.notices import node_notice
+    from spotlight.scheduling.notices import node_notice
 
     polled = []
 

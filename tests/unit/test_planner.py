@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from spotlight.config import ExplorationConfig
-from spotlight.planner import Planner, exploration_budget
-from spotlight.seeds import max_variance_subset
+from spotlight.explore.planner import Planner, exploration_budget
+from spotlight.explore.seeds import max_variance_subset
 
 
 def test_chunk_gains_are_the_increase_of_the_selected_std():

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from spotlight.config import GRPOConfig, PolicyConfig, SamplerConfig
-from spotlight.grpo import group_advantages
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import grpo_update
+from spotlight.flow.weights import WeightsHeader, checksum, policy_bytes, unpack_state
 from spotlight.policies import make_policy
 from spotlight.policies.base import LORA_TARGETS
 from spotlight.policies.tiny import TinyLoRA, TinyPolicy
-from spotlight.sampler import sample
-from spotlight.update import grpo_update
-from spotlight.weights import WeightsHeader, checksum, policy_bytes, unpack_state
 
 from .conftest import SMALL
 from .test_sampler import same

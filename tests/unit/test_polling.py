@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotlight.polling import poll_until
+from spotlight.scheduling.polling import poll_until
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import torch
 from safetensors import safe_open
 
 from spotlight.policies.tiny import TinyPolicy
-from spotlight.pretrain import PretrainConfig, RenderedPrompts, pretrain, task_model_config
 from spotlight.tasks import get_task
+from spotlight.training.pretrain import PretrainConfig, RenderedPrompts, pretrain, task_model_config
 
 
 def test_rendered_stream_depends_on_seed_and_index_only():

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from spotlight.costs import Ledger, PriceTable
 from spotlight.job import protocol
 from spotlight.job.options import RayOptions
 from spotlight.job.queue_client import QueueClient
+from spotlight.scheduling.costs import Ledger, PriceTable
 
 
 class _Call:

@@ -18,10 +18,10 @@ from diffusers import (
 from tiny_hf.qwen_image import save_tiny_qwen_image
 
 from spotlight.config import PolicyConfig, SamplerConfig
+from spotlight.flow.sampler import sample
 from spotlight.policies import make_policy
 from spotlight.policies.base import TextCond, pack_patches, unpack_patches
 from spotlight.policies.qwen_image import QwenImagePolicy
-from spotlight.sampler import sample
 
 SIZE = 64
 """Image side in pixels: 8x8 latents, 4x4 = 16 image tokens."""

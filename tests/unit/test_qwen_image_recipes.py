@@ -18,8 +18,8 @@ from tiny_hf.recipes import save_tiny_models, tiny_recipe
 from spotlight.cli import build_parser, ray_options_from_args
 from spotlight.policies.base import FLOW_GRPO_LORA_TARGETS, LORA_TARGETS
 from spotlight.recipes import NFT_OVERRIDES, RAY_HINTS, get_recipe
-from spotlight.run_local import run_local
 from spotlight.tasks import get_task
+from spotlight.training.run_local import run_local
 
 QWEN_RECIPES = (
     "qwen-image-ocr-512",

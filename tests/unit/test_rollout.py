@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotlight.rollout import chunks, plan_rollout
+from spotlight.training.rollout import chunks, plan_rollout
 
 PROMPTS = ["a"] * 3 + ["b"] * 3 + ["c"] * 3
 SEEDS = [1, 2, 3, 4, 5, 6, 7, 8, 9]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from spotlight.recipes import get_recipe
-from spotlight.run_folder import (
+from spotlight.training.run_folder import (
     INITIAL_VAL,
     METRICS,
     append_row,

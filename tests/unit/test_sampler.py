@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spotlight.config import SamplerConfig
-from spotlight.sampler import Trajectory, advance, sample, start_trajectory
+from spotlight.flow.sampler import Trajectory, advance, sample, start_trajectory
 
 from .conftest import REAL_SLEEP
 
@@ -81,7 +81,7 @@ def test_stop_after_k_and_resume_in_another_process(small_policy, tmp_path, monk
     script = textwrap.dedent(f"""
         from pathlib import Path
         from spotlight.policies.tiny import TinyPolicy
-        from spotlight.sampler import Trajectory, advance
+        from spotlight.flow.sampler import Trajectory, advance
         d = Path({str(tmp_path)!r})
         policy = TinyPolicy.load(d / "policy.safetensors")
         # resumed in a different batch: one at a time

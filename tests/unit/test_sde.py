@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from spotlight.sde import (
+from spotlight.flow.sde import (
     gaussian_log_prob,
     sde_mean,
     sde_sigma,

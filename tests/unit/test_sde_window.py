@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from spotlight.config import Config, GRPOConfig, apply_overrides
-from spotlight.loop import iteration_batch, prompt_sets
-from spotlight.sampler import Trajectory, advance, guided_velocity, sample, start_trajectory
-from spotlight.sde import ode_step, time_grid
-from spotlight.update import grpo_update, train_step_indices
+from spotlight.flow.sampler import Trajectory, advance, guided_velocity, sample, start_trajectory
+from spotlight.flow.sde import ode_step, time_grid
+from spotlight.flow.update import grpo_update, train_step_indices
+from spotlight.training.loop import iteration_batch, prompt_sets
 
 from .test_sampler import CFG, same
 
@@ -180,7 +180,7 @@ def test_flow_grpo_trains_only_window_steps(small_policy, monkeypatch):
     for seed in range(20):
         steps = train_step_indices(10, 0.5, seed, window=(3, 7))
         assert len(steps) == 2 and all(3 <= j < 7 for j in steps)  # the fraction of 4 steps
-    import spotlight.update as update
+    import spotlight.flow.update as update
 
     trained = []
     real = update._step_loss

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from spotlight.seeds import max_variance_subset, spearman
+from spotlight.explore.seeds import max_variance_subset, spearman
 
 
 @pytest.mark.parametrize("trial", range(300))

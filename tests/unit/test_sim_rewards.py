@@ -10,9 +10,9 @@ import statistics
 import numpy as np
 import pytest
 
-from spotlight.seeds import max_variance_subset
-from spotlight.sim_model import EVALS
-from spotlight.sim_rewards import (
+from spotlight.explore.seeds import max_variance_subset
+from spotlight.sim.sim_model import EVALS
+from spotlight.sim.sim_rewards import (
     PromptFit,
     Rewards,
     _pmf,
@@ -124,7 +124,7 @@ def test_calibration_at_the_top_and_the_quantiles_edges():
 
 
 def test_batched_draws_are_the_one_prompt_draws(tmp_path):
-    from spotlight.sim_rewards import PopulationDraws
+    from spotlight.sim.sim_rewards import PopulationDraws
 
     r = Rewards(_population_file(tmp_path), seed=2, rank_correlation=0.6, evals=EVALS)
     its, prompts = [0, 5, -3, 5, 7], [1, 9, 4, 9, 0]
@@ -140,7 +140,7 @@ def test_batched_draws_are_the_one_prompt_draws(tmp_path):
 
 
 def test_rewards_read_in_latent_space_are_the_quantiles_of_phi():
-    from spotlight.sim_rewards import _quantize, _threshold_table
+    from spotlight.sim.sim_rewards import _quantize, _threshold_table
 
     fits = fit_population([[0.0] * 7 + [1 / 3]] + [[0.0, 1 / 3, 2 / 3, 1.0] * 2] * 5)
     z = np.random.default_rng(3).normal(scale=2.5, size=(len(fits), 400))
@@ -153,8 +153,8 @@ def test_rewards_read_in_latent_space_are_the_quantiles_of_phi():
 
 
 def test_the_calibrations_spearman_per_row_is_the_seed_modules():
-    from spotlight.seeds import spearman
-    from spotlight.sim_rewards import _row_spearman
+    from spotlight.explore.seeds import spearman
+    from spotlight.sim.sim_rewards import _row_spearman
 
     rng = np.random.default_rng(4)
     a, b = rng.integers(0, 4, (200, 32)) / 3, rng.integers(0, 4, (200, 32)) / 3

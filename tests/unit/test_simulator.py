@@ -9,11 +9,18 @@ import json
 
 import pytest
 
-from spotlight.costs import PriceTable
-from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Overheads, Scenario, StepCosts
-from spotlight.simulator import Simulation
-from spotlight.sp_groups import assign, check_degree, form_groups, split_work, valid_degrees
-from spotlight.traces import TRACES_DIR, CapacityTrace, load_trace
+from spotlight.scheduling.costs import PriceTable
+from spotlight.scheduling.traces import TRACES_DIR, CapacityTrace, load_trace
+from spotlight.sim.sim_model import (
+    SCENARIOS,
+    SYSTEMS,
+    LearningModel,
+    Overheads,
+    Scenario,
+    StepCosts,
+)
+from spotlight.sim.simulator import Simulation
+from spotlight.sp.sp_groups import assign, check_degree, form_groups, split_work, valid_degrees
 
 SMALL = SCENARIOS["small"]
 
@@ -209,8 +216,8 @@ def test_paper_scenarios_are_well_formed():
 
 
 def test_simulate_command_writes_the_summary_report_and_plots(tmp_path):
-    from spotlight import sim_report
     from spotlight.cli import main
+    from spotlight.sim import sim_report
 
     out = tmp_path / "sim"
     rc = main(["simulate", "--scenario", "small", "--trace", "p3-trace.csv", "--out", str(out)])
@@ -273,7 +280,7 @@ def _exploration_summary(off_its, spot_its, off_std=0.1, spot_std=0.2):
 
 
 def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
-    from spotlight.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_model import fit_contrast_exponent
 
     # Twice the std, twice as fast: k = 1. Twice the std, 4x as fast: k = 2.
     fit = fit_contrast_exponent(_exploration_summary([10, 10, 10], [5, 5, 5]))
@@ -289,7 +296,7 @@ def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
 
 
 def test_contrast_exponent_pools_the_points_of_several_benches():
-    from spotlight.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_model import fit_contrast_exponent
 
     # std x2 with speed-ups 2 and 4 (k 1 and 2 alone): pooled, the least-squares slope is 1.5
     one = _exploration_summary([10, 10, 10], [5, 5, 5])
@@ -450,8 +457,8 @@ def test_the_learning_inputs_have_flags_and_bad_values_are_refused(tmp_path, cap
 
 
 def test_trace_windows_run_spot_systems_from_several_starts_and_report_the_median(tmp_path):
-    from spotlight.sim_report import simulate, window_offsets_s
-    from spotlight.traces import load_trace
+    from spotlight.scheduling.traces import load_trace
+    from spotlight.sim.sim_report import simulate, window_offsets_s
 
     names = ["on_demand_grpo", "spotlight"]
     one = simulate("small", None, tmp_path / "one", systems=names)
@@ -534,7 +541,7 @@ def test_skipped_pulls_and_held_back_items_change_no_result(monkeypatch, hard_sh
 
 
 def test_simulate_in_worker_processes_gives_the_serial_results(tmp_path):
-    from spotlight.sim_report import simulate
+    from spotlight.sim.sim_report import simulate
 
     names = ["on_demand_grpo", "spot_grpo", "spotlight"]
     kw = dict(systems=names, trace_windows=2)

@@ -1,9 +1,9 @@
-"""The replica's SP regroup policy (spotlight/sp_groups.py): which groups its live workers form,
+"""The replica's SP regroup policy (spotlight/sp/sp_groups.py): which groups its live workers form,
 and which samples of an item each group takes."""
 
 import pytest
 
-from spotlight.sp_groups import group_shape, share_item
+from spotlight.sp.sp_groups import group_shape, share_item
 
 
 def test_live_workers_form_groups_of_the_degree_then_the_largest_valid_ones():

@@ -7,10 +7,10 @@ import pytest
 
 from spotlight.cli import main
 from spotlight.policies.tiny import TinyPolicy
-from spotlight.pretrain import task_model_config
 from spotlight.recipes import get_recipe
 from spotlight.tasks import TASK_NAMES, base_checkpoint, get_task
 from spotlight.tasks.ocr_mini import target_text
+from spotlight.training.pretrain import task_model_config
 
 
 def test_ocr_mini_splits_are_fixed_disjoint_and_sized():

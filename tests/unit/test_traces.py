@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from spotlight.traces import (
+from spotlight.scheduling.traces import (
     TRACES_DIR,
     CapacityTrace,
     NodeEvent,

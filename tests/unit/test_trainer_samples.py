@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spotlight.job.queue_client import ledger_pool
-from spotlight.rollout import samplers_rate
-from spotlight.work_queue import ItemResult, Pool
+from spotlight.scheduling.work_queue import ItemResult, Pool
+from spotlight.training.rollout import samplers_rate
 
 
 def _result(pool: str, samples: int, busy_s: float) -> ItemResult:

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from spotlight.config import GRPOConfig, SamplerConfig
-from spotlight.grpo import group_advantages
-from spotlight.sampler import sample
-from spotlight.update import grpo_update
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.update import grpo_update
 
 
 class _ThreadAllReduce:

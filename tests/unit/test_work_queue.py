@@ -2,7 +2,7 @@
 
 import pytest
 
-from spotlight.work_queue import ItemResult, ItemState, WorkItem, WorkQueue
+from spotlight.scheduling.work_queue import ItemResult, ItemState, WorkItem, WorkQueue
 
 
 def item(i, kind="rollout"):
@@ -139,7 +139,7 @@ def test_drop_withdraws_pending_leased_and_finished_items():
 
 
 # -- Checkpoints, returned items' place, spill to on-demand ---------------------------------------
-from spotlight.work_queue import ItemCheckpoint, SpillPolicy  # noqa: E402
+from spotlight.scheduling.work_queue import ItemCheckpoint, SpillPolicy  # noqa: E402
 
 
 def ck(step, n=1):
@@ -252,7 +252,7 @@ def test_notices_count_each_worker_once():
 
 
 def test_trainer_workers_take_rollout_items_at_once_and_are_not_spot_capacity():
-    from spotlight.work_queue import Kind, Pool
+    from spotlight.scheduling.work_queue import Kind, Pool
 
     q = WorkQueue(spill=SpillPolicy("after_wait", wait_s=30.0))
     q.submit([item(0), item(1), item(2, "explore")], now=0.0)

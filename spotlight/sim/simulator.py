@@ -1,15 +1,15 @@
 """A trace-driven discrete-event simulator of a training run at cluster scale. No Ray.
 
-What it simulates, per iteration: the **rollout** (work items of ``batch_size`` samples pulled
-from the real :class:`~spotlight.work_queue.WorkQueue` by sampler replicas, each replica an SP
+What it simulates, per iteration: the **rollout** (work items of ``batch_size`` samples pulled from
+the real :class:`~spotlight.scheduling.work_queue.WorkQueue` by sampler replicas, each replica an SP
 group of GPUs), the **update** on the on-demand trainer GPUs, and, for Spotlight, **exploration**
-during the update (sized by the real :class:`~spotlight.planner.Planner` from the update time
-and the measured throughput, exactly as the controller does; seeds chosen by the real
-:func:`~spotlight.seeds.max_variance_subset`). Spot sampler GPUs come and go as a replayed
-capacity trace says (:mod:`spotlight.traces`); a preemption comes with a notice (the replica
-commits its item at the next step boundary and hands it back) or without one (the item's lease
-expires and it resumes from the last commit, every ``commit_every`` steps). A broken SP group's
-survivors re-form valid groups (:func:`form_groups`) after ``regroup_s``, or, in the restart
+during the update (sized by the real :class:`~spotlight.explore.planner.Planner` from the update
+time and the measured throughput, exactly as the controller does; seeds chosen by the real
+:func:`~spotlight.explore.seeds.max_variance_subset`). Spot sampler GPUs come and go as a replayed
+capacity trace says (:mod:`spotlight.scheduling.traces`); a preemption comes with a notice (the
+replica commits its item at the next step boundary and hands it back) or without one (the item's
+lease expires and it resumes from the last commit, every ``commit_every`` steps). A broken SP
+group's survivors re-form valid groups (:func:`form_groups`) after ``regroup_s``, or, in the restart
 ablation, after ``restart_s``. New spot GPUs take ``replica_start_s`` before they sample. When
 rollout items wait ``spill_wait_s`` for spot capacity, on-demand fallback GPUs are added for the
 rest of the phase, and the queue's spill rule lets them take rollout items only.
@@ -21,13 +21,13 @@ scales with their number as the trainer's does (:func:`update_s`). **One-step-st
 trains, so an iteration takes the longer of the two instead of their sum; the learning model
 charges the staleness (``LearningModel.async_staleness_factor``).
 
-Accounting uses :class:`~spotlight.costs.Ledger`: held GPU-seconds per pool (spot while the
-trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
+Accounting uses :class:`~spotlight.scheduling.costs.Ledger`: held GPU-seconds per pool (spot while
+the trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
 run in on-demand systems, a colocated system's GPUs once, fallback GPUs while launched) and
 busy GPU-seconds (sampling and training work). Work redone after preemptions without notice is
 counted separately.
 
-Inputs and what is measured versus modelled: :mod:`spotlight.sim_model`.
+Inputs and what is measured versus modelled: :mod:`spotlight.sim.sim_model`.
 """
 
 from __future__ import annotations
@@ -43,14 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from spotlight.config import ExplorationConfig
-from spotlight.costs import Ledger, PriceTable
-from spotlight.planner import Planner, exploration_budget
-from spotlight.seeds import max_variance_subset
-from spotlight.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
-from spotlight.sim_rewards import PopulationDraws, Rewards, pstdev
-from spotlight.sp_groups import form_groups
-from spotlight.traces import CapacityTrace
-from spotlight.work_queue import (
+from spotlight.explore.planner import Planner, exploration_budget
+from spotlight.explore.seeds import max_variance_subset
+from spotlight.scheduling.costs import Ledger, PriceTable
+from spotlight.scheduling.traces import CapacityTrace
+from spotlight.scheduling.work_queue import (
     KIND_PRIORITY,
     ItemCheckpoint,
     ItemResult,
@@ -60,6 +57,9 @@ from spotlight.work_queue import (
     WorkItem,
     WorkQueue,
 )
+from spotlight.sim.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
+from spotlight.sim.sim_rewards import PopulationDraws, Rewards, pstdev
+from spotlight.sp.sp_groups import form_groups
 
 SUBMIT_CHUNK = 8
 """Items a phase submits to the queue at a time, where it may hold them back (``_submit``)."""
@@ -152,7 +152,7 @@ def update_s(sc: Scenario, costs: StepCosts, gpus: int) -> float:
 class EmpiricalRewards(PopulationDraws):
     """The measured rewards resampled (``LearningModel.reward_draws = "empirical"``): seed ``k``
     of prompt ``p`` at iteration ``it`` draws one of the prompt's measured values. Kept to
-    compare with the fitted draws (spotlight.sim_rewards): it caps the best group's std at half
+    compare with the fitted draws (spotlight.sim.sim_rewards): it caps the best group's std at half
     the prompt's measured range, and it has no stale rewards (the selection's gain is shrunk
     linearly by the rank correlation instead). Common random numbers, as there."""
 

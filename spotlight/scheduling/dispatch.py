@@ -1,9 +1,9 @@
 """Pull versus push dispatch of work items, in simulated time, without Ray.
 
-:func:`pull_schedule` runs the real :class:`~spotlight.work_queue.WorkQueue` against replicas of
-given speeds: each replica pulls one item whenever it is idle, so fast replicas take more items
-and rollout items are served before exploration items. :func:`round_robin_schedule` is the
-static alternative (item ``i`` goes to replica ``i mod R`` up front, as a push scheduler that
+:func:`pull_schedule` runs the real :class:`~spotlight.scheduling.work_queue.WorkQueue` against
+replicas of given speeds: each replica pulls one item whenever it is idle, so fast replicas take
+more items and rollout items are served before exploration items. :func:`round_robin_schedule` is
+the static alternative (item ``i`` goes to replica ``i mod R`` up front, as a push scheduler that
 ignores speed would do). Both return when each item finished; the makespan benchmark
 (benchmarks/preemption.py) and the simulator use them.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from spotlight.work_queue import ItemResult, Pool, WorkItem, WorkQueue
+from spotlight.scheduling.work_queue import ItemResult, Pool, WorkItem, WorkQueue
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Seed exploration bookkeeping, without Ray: candidate seeds, exploration items, selection.
 
-The controller (job/controller.py) drives it: it plans with :class:`spotlight.planner.
+The controller (job/controller.py) drives it: it plans with :class:`spotlight.explore.planner.
 Planner`, submits :func:`explore_items`, and turns what finished into the next rollout's seeds
 with :func:`select_groups`. Every explored sample carries its weights version; results older
 than ``max_staleness`` versions are not used.
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spotlight.seeds import max_variance_subset, spearman
-from spotlight.streams import EXPLORE_STREAM, SEED_SPACE, iteration_rng
-from spotlight.work_queue import ItemResult, Kind, WorkItem
+from spotlight.explore.seeds import max_variance_subset, spearman
+from spotlight.flow.streams import EXPLORE_STREAM, SEED_SPACE, iteration_rng
+from spotlight.scheduling.work_queue import ItemResult, Kind, WorkItem
 
 
 def candidate_seeds(seed: int, iteration: int, prompt_index: int, n: int) -> list[int]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-CALIB = Path(__file__).parent / "assets" / "calib" / "h200-qwen-image.json"
-EVALS = Path(__file__).parent / "assets" / "calib"
+CALIB = Path(__file__).resolve().parents[1] / "assets" / "calib" / "h200-qwen-image.json"
+EVALS = Path(__file__).resolve().parents[1] / "assets" / "calib"
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ class LearningModel:
     reward std of the rollout computed by the real seed-selection code on reward draws from a
     measured prompt population (``per_prompt`` of an ``eval.json``: the OCR-mini v0 base
     model's rewards for 8 seeds of each validation prompt, each prompt fitted with a
-    beta-binomial: spotlight.sim_rewards), selection on stale rewards and training on fresh ones
+    beta-binomial: spotlight.sim.sim_rewards), selection on stale rewards and training on fresh ones
     drawn with ``rank_preservation`` as their Spearman (measured on OCR-mini,
     docs/benchmarks.md). With
     ``contrast_exponent`` k the progress is ``(contrast / baseline_contrast) ** k``. Reward moves
@@ -312,7 +312,7 @@ class LearningModel:
     (``exploration-brightness.json``), all three files pooled 0.748."""
     reward_draws: str = "beta_binomial"
     """How seed rewards are drawn from ``prompts_file``: 'beta_binomial' (a fit per prompt,
-    stale and fresh rewards with ``rank_preservation`` as their Spearman; spotlight.sim_rewards)
+    stale and fresh rewards with ``rank_preservation`` as their Spearman; spotlight.sim.sim_rewards)
     or 'empirical' (the measured values resampled, the selection's gain shrunk linearly by
     ``rank_preservation``: the model before the fit, whose best group std is capped at half a
     prompt's measured range)."""

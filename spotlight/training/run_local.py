@@ -11,11 +11,11 @@ from safetensors.torch import load_file, save_file
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.loop import ReferenceLoop, stop_reason, validate_now
 from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
-from spotlight.run_folder import (
+from spotlight.training.loop import ReferenceLoop, stop_reason, validate_now
+from spotlight.training.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,

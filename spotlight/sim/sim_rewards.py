@@ -212,7 +212,7 @@ def _latent_pair(z1: np.ndarray, z2: np.ndarray, r: float) -> tuple[np.ndarray, 
 
 def _row_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Spearman rank correlation of every row of ``a`` and ``b`` (m, n), average ranks for
-    ties (as :func:`spotlight.seeds.spearman`); NaN where a row of either is constant."""
+    ties (as :func:`spotlight.explore.seeds.spearman`); NaN where a row of either is constant."""
 
     def ranks(x: np.ndarray) -> np.ndarray:
         below = (x[:, None, :] < x[:, :, None]).sum(axis=2)

@@ -4,7 +4,7 @@ Ulysses SP splits attention heads across the group, so a group's degree must div
 head count (Qwen-Image: 24 heads, so 1, 2, 3, 4, 6, 8, 12, 24). When a member is lost, the
 survivors are re-formed into valid groups: as many of the target degree as fit, the rest into
 the largest valid degrees (4 GPUs with one lost -> 2 + 1). The simulator, the per-node
-worker scheduler (spotlight/elastic.py) and the sampler replica (deployments/sampler.py:
+worker scheduler (spotlight/sp/elastic.py) and the sampler replica (deployments/sampler.py:
 :func:`group_shape` after a loss or a regrowth, :func:`share_item` for every step) all use these
 rules.
 """

@@ -23,10 +23,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from spotlight.costs import PriceTable
-from spotlight.sim_model import SCENARIOS, SYSTEMS, LearningModel, Scenario
-from spotlight.simulator import RunResult, Simulation
-from spotlight.traces import CapacityTrace, load_trace
+from spotlight.scheduling.costs import PriceTable
+from spotlight.scheduling.traces import CapacityTrace, load_trace
+from spotlight.sim.sim_model import SCENARIOS, SYSTEMS, LearningModel, Scenario
+from spotlight.sim.simulator import RunResult, Simulation
 
 PAPER = {"speedup_vs_baselines": 4.0, "cost_ratio_range": [1.4, 6.4]}
 """The source paper's claims: same target validation score 4x faster, 1.4-6.4x cheaper."""

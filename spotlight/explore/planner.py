@@ -3,7 +3,7 @@
 **Objective.** While the trainer computes theta_{t+1}, spot replicas can sample a budget of
 ``B`` candidate seeds with theta_t (``B`` = predicted training time x measured sampling
 throughput, both measured online by the caller). For each prompt of the next iteration we then
-keep the G seeds whose rewards vary most (:func:`spotlight.seeds.max_variance_subset`). The
+keep the G seeds whose rewards vary most (:func:`spotlight.explore.seeds.max_variance_subset`). The
 planner splits ``B`` among the prompts to maximize the expected sum over prompts of the reward
 std of the selected group (a larger group std means larger advantages and no dead groups).
 
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from spotlight.config import ExplorationConfig
-from spotlight.seeds import max_variance_subset
+from spotlight.explore.seeds import max_variance_subset
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A :class:`NodeWorkers` owns ``n`` worker processes (one per GPU; CPU processes here). Each loads
 the policy weights once, from storage, when it starts. Afterwards the scheduler re-forms them
-into SP groups as members come and go (:mod:`spotlight.sp_groups`): only the communicator is
+into SP groups as members come and go (:mod:`spotlight.sp.sp_groups`): only the communicator is
 rebuilt (``destroy_process_group`` + ``init_process_group`` on a fresh rendezvous), the process
 and its weights stay. A worker that needs weights (a new version, or one that joined empty) gets
 them from a peer on the same node through shared memory (torch's multiprocessing shares tensor
@@ -17,7 +17,7 @@ continues on the new group from its serialized state (``resume``).
 
 The alternative a preemption forces without this, a **cold restart**, starts new processes,
 imports torch, loads the checkpoint from storage and initializes the process group:
-``spotlight bench regroup`` (benchmarks in spotlight/bench_regroup.py) times both.
+``spotlight bench regroup`` (benchmarks in spotlight/sp/bench_regroup.py) times both.
 
 Workers talk to the scheduler over pipes; each command returns its timings.
 """
@@ -127,7 +127,7 @@ class _Worker:
         import torch
 
         from spotlight.config import SamplerConfig
-        from spotlight.sampler import Trajectory, advance, start_trajectory
+        from spotlight.flow.sampler import Trajectory, advance, start_trajectory
 
         t0 = time.perf_counter()
         scfg = SamplerConfig(**sampler)
@@ -341,7 +341,7 @@ class NodeWorkers:
         """Re-form the live workers into ``groups`` (lists of worker ids; every group its own
         communicator); returns the wall time and each worker's breakdown. A group size that does
         not divide the policy's head count is refused before anything changes."""
-        from spotlight.sp_groups import check_degree
+        from spotlight.sp.sp_groups import check_degree
 
         if self.num_heads is not None:
             for group in groups:

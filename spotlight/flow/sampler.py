@@ -31,8 +31,7 @@ import torch
 from safetensors.torch import load, save
 
 from spotlight.config import SamplerConfig
-from spotlight.policies.base import Policy, TextCond
-from spotlight.sde import (
+from spotlight.flow.sde import (
     StepParams,
     gaussian_log_prob,
     ode_step,
@@ -41,6 +40,7 @@ from spotlight.sde import (
     step_params,
     time_grid,
 )
+from spotlight.policies.base import Policy, TextCond
 
 
 @dataclass

@@ -60,9 +60,9 @@ def run(out: Path, repeats: int = 5, checkpoint_mb: int = 256, log: TextIO | Non
 
     from safetensors.torch import load_file
 
-    from spotlight.elastic import NodeWorkers
     from spotlight.recipes import get_recipe
-    from spotlight.sp_groups import assign, valid_degrees
+    from spotlight.sp.elastic import NodeWorkers
+    from spotlight.sp.sp_groups import assign, valid_degrees
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = get_recipe("tiny-ocr")
@@ -188,7 +188,7 @@ def sp_throughput(cfg, policy: dict, degrees=(1, 2, 4), samples: int = 8, log=No
     one thread per worker; the first item warms up and is not counted)."""
     import dataclasses
 
-    from spotlight.elastic import NodeWorkers
+    from spotlight.sp.elastic import NodeWorkers
 
     smp = dataclasses.asdict(cfg.sampler)
     prompts = [f'a sign that says "W{i}"' for i in range(samples)]

@@ -14,21 +14,21 @@ from typing import Any
 import torch
 
 from spotlight.config import Config
-from spotlight.evaluate import score_prompts, summarize
-from spotlight.grpo import group_advantages
-from spotlight.policies.base import Policy
-from spotlight.prompts import word_prompts
-from spotlight.rewards import Reward
-from spotlight.sampler import sample
-from spotlight.streams import (
+from spotlight.flow.grpo import group_advantages
+from spotlight.flow.sampler import sample
+from spotlight.flow.streams import (
     BATCH_STREAM,
     SEED_SPACE,
     SHUFFLE_STREAM,
     UPDATE_STREAM,
     iteration_rng,
 )
+from spotlight.flow.update import grpo_update, training_state
+from spotlight.policies.base import Policy
+from spotlight.prompts import word_prompts
+from spotlight.rewards import Reward
 from spotlight.tasks import get_task
-from spotlight.update import grpo_update, training_state
+from spotlight.training.evaluate import score_prompts, summarize
 
 
 def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
@@ -57,8 +57,8 @@ def iteration_batch(
     """The (prompt, seed) pairs of an iteration: B prompts from the pool, G random seeds each.
 
     With ``with_init_seeds`` also the init seeds (the ``init_seeds`` of
-    :func:`spotlight.sampler.sample`): when ``cfg.sampler.group_init_noise`` one random seed per
-    group, repeated for its G members (so they share their initial noise), else None. They are
+    :func:`spotlight.flow.sampler.sample`): when ``cfg.sampler.group_init_noise`` one random seed
+    per group, repeated for its G members (so they share their initial noise), else None. They are
     drawn after the seeds, so prompts and seeds are the same either way.
     """
     rng = iteration_rng(cfg.seed, iteration, BATCH_STREAM)

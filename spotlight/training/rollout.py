@@ -2,11 +2,12 @@
 in prompt order, and the rate it measured. Pure (no Ray, no torch): the Ray controller runs it,
 the tests check it.
 
-The batch of an iteration is ``B`` prompts x ``G`` seeds (``spotlight.loop.iteration_batch``).
-Exploration may have chosen a prompt's ``G`` seeds already (``chosen``); the critical path has
-even sampled them on these weights (``reused``: their rewards and trajectories are taken as
-they are). What is left is sampled in work items of ``batch_size`` samples, and the rewards and
-trajectories of the rollout are put back in the batch's order: prompt by prompt, ``G`` each.
+The batch of an iteration is ``B`` prompts x ``G`` seeds
+(``spotlight.training.loop.iteration_batch``). Exploration may have chosen a prompt's ``G`` seeds
+already (``chosen``); the critical path has even sampled them on these weights (``reused``: their
+rewards and trajectories are taken as they are). What is left is sampled in work items of
+``batch_size`` samples, and the rewards and trajectories of the rollout are put back in the batch's
+order: prompt by prompt, ``G`` each.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spotlight.work_queue import Pool
+from spotlight.scheduling.work_queue import Pool
 
 
 @dataclass(frozen=True)

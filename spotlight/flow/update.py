@@ -10,7 +10,7 @@ from dataclasses import asdict
 import torch
 
 from spotlight.config import GRPOConfig
-from spotlight.grpo import (
+from spotlight.flow.grpo import (
     LossStats,
     advantage_weighted_matching_loss,
     diffusion_nft_loss,
@@ -18,9 +18,9 @@ from spotlight.grpo import (
     grpo_loss,
     nft_optimality,
 )
+from spotlight.flow.sampler import Trajectory, step_log_prob
+from spotlight.flow.sde import step_params, time_grid
 from spotlight.policies.base import Policy
-from spotlight.sampler import Trajectory, step_log_prob
-from spotlight.sde import step_params, time_grid
 
 
 def training_state(policy: Policy, cfg: GRPOConfig) -> tuple[torch.optim.Optimizer, Policy | None]:
@@ -85,6 +85,40 @@ def grpo_update(
     each optimizer step; with equal slices that is the full chunk's gradient. Every rank draws
     the same chunks (same seed), so the slices partition the batch.
     """
+    _check_inputs(trajectories, advantages, cfg, shard, ref_policy)
+    sampler = trajectories[0].sampler
+    steps = train_step_indices(
+        sampler.num_steps, cfg.timestep_fraction, seed, window=sampler.sde_window
+    )
+    grid = time_grid(sampler.num_steps, sampler.shift)
+    params = [step_params(grid, j, sampler.sde_eta) for j in steps]
+    plan = _chunk_plan(len(trajectories), cfg, seed, shard)
+    old_velocities = (
+        _nft_old_velocities(policy, trajectories, plan, seed, cfg) if cfg.loss == "nft" else {}
+    )
+    history: list[LossStats] = []
+    grad_norms: list[float] = []
+    for k, (epoch, idx) in enumerate(plan):
+        chunk = [trajectories[i] for i in idx]
+        adv = advantages.flatten()[idx]
+        optimizer.zero_grad(set_to_none=True)
+        if chunk:  # (a rank's slice of the last chunk may be empty)
+            for part, weight, stats in _chunk_losses(
+                policy, ref_policy, chunk, adv, cfg, (seed, epoch), steps, params,
+                lambda draw, k=k: old_velocities.pop((k, draw), None),
+            ):  # fmt: skip
+                (part / weight).backward()
+                history.append(stats)
+        if grad_sync is not None:
+            grad_sync(policy.trainable_parameters())
+        grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
+    out = {k: sum(getattr(s, k) for s in history) / len(history) for k in asdict(history[0])}
+    out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    out["num_optimizer_steps"] = float(len(grad_norms))
+    return out
+
+
+def _check_inputs(trajectories, advantages, cfg: GRPOConfig, shard, ref_policy) -> None:
     rank, world = shard
     if not 0 <= rank < world:
         raise ValueError(f"shard {shard}: need 0 <= rank < world")
@@ -100,59 +134,46 @@ def grpo_update(
         raise ValueError(f"trajectories {unfinished[:5]} are not finished")
     if cfg.kl_beta > 0 and ref_policy is None:
         raise ValueError("kl_beta > 0 needs a reference policy")
-    sampler = trajectories[0].sampler
+    if cfg.loss not in ("flow_grpo", "awm", "nft"):
+        raise ValueError(f"unknown grpo.loss {cfg.loss!r}")
     if cfg.loss == "flow_grpo":
         _check_same_steps(trajectories)
-    steps = train_step_indices(
-        sampler.num_steps, cfg.timestep_fraction, seed, window=sampler.sde_window
-    )
-    grid = time_grid(sampler.num_steps, sampler.shift)
-    params = [step_params(grid, j, sampler.sde_eta) for j in steps]
+
+
+def _chunk_plan(n: int, cfg: GRPOConfig, seed: int, shard) -> list[tuple[int, list[int]]]:
+    """``(epoch, this rank's sample indices)`` per chunk: each epoch a seeded shuffle of the
+    ``n`` samples cut into chunks of ``cfg.train_batch_size``, of which this rank takes
+    ``chunk[rank::world]``."""
+    rank, world = shard
     rng = random.Random(seed + 1)
-    plan: list[tuple[int, list[int]]] = []  # (epoch, this rank's sample indices) per chunk
+    plan: list[tuple[int, list[int]]] = []
     for epoch in range(cfg.num_inner_epochs):
-        order = list(range(len(trajectories)))
+        order = list(range(n))
         rng.shuffle(order)
         for lo in range(0, len(order), cfg.train_batch_size):
             plan.append((epoch, order[lo : lo + cfg.train_batch_size][rank::world]))
-    old_velocities = (
-        _nft_old_velocities(policy, trajectories, plan, seed, cfg) if cfg.loss == "nft" else {}
-    )
-    history: list[LossStats] = []
-    grad_norms: list[float] = []
-    for k, (epoch, idx) in enumerate(plan):
-        chunk = [trajectories[i] for i in idx]
-        adv = advantages.flatten()[idx]
-        optimizer.zero_grad(set_to_none=True)
-        if not chunk:
-            pass
-        elif cfg.loss == "awm":
-            for draw in range(cfg.awm_draws):
-                key = (seed, epoch, draw)
-                loss, stats = _awm_loss(policy, ref_policy, chunk, adv, key, cfg)
-                (loss / cfg.awm_draws).backward()
-                history.append(stats)
-        elif cfg.loss == "nft":
-            for draw in range(cfg.nft_draws):
-                key = (seed, epoch, draw)
-                v_old = old_velocities.pop((k, draw), None)
-                loss, stats = _nft_loss(policy, ref_policy, chunk, adv, key, v_old, cfg)
-                (loss / cfg.nft_draws).backward()
-                history.append(stats)
-        elif cfg.loss == "flow_grpo":
-            for j, p in zip(steps, params, strict=True):
-                loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
-                (loss / len(steps)).backward()
-                history.append(stats)
-        else:
-            raise ValueError(f"unknown grpo.loss {cfg.loss!r}")
-        if grad_sync is not None:
-            grad_sync(policy.trainable_parameters())
-        grad_norms.append(_clip_and_step(policy, optimizer, cfg.max_grad_norm))
-    out = {k: sum(getattr(s, k) for s in history) / len(history) for k in asdict(history[0])}
-    out["grad_norm"] = sum(grad_norms) / len(grad_norms)
-    out["num_optimizer_steps"] = float(len(grad_norms))
-    return out
+    return plan
+
+
+def _chunk_losses(policy, ref_policy, chunk, adv, cfg: GRPOConfig, key, steps, params, v_old):
+    """The loss terms of one chunk, each as ``(loss, divisor, stats)``: one per noise draw
+    (AWM, NFT; ``v_old(draw)`` gives NFT's precomputed old velocity or None) or per replayed
+    step (Flow-GRPO). Yielded one at a time so each backward frees its graph first."""
+    seed, epoch = key
+    if cfg.loss == "awm":
+        for draw in range(cfg.awm_draws):
+            loss, stats = _awm_loss(policy, ref_policy, chunk, adv, (seed, epoch, draw), cfg)
+            yield loss, cfg.awm_draws, stats
+    elif cfg.loss == "nft":
+        for draw in range(cfg.nft_draws):
+            loss, stats = _nft_loss(
+                policy, ref_policy, chunk, adv, (seed, epoch, draw), v_old(draw), cfg
+            )
+            yield loss, cfg.nft_draws, stats
+    else:
+        for j, p in zip(steps, params, strict=True):
+            loss, stats = _step_loss(policy, ref_policy, chunk, adv, j, p, cfg)
+            yield loss, len(steps), stats
 
 
 def _check_same_steps(trajectories: list[Trajectory]) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-TRACES_DIR = Path(__file__).parent / "assets" / "traces"
+TRACES_DIR = Path(__file__).resolve().parents[1] / "assets" / "traces"
 """The shipped traces (see its README for sources and licenses)."""
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spotlight.work_queue import Pool
+from spotlight.scheduling.work_queue import Pool
 
 POOLS = tuple(Pool)
 

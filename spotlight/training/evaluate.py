@@ -15,9 +15,9 @@ import torch
 
 from spotlight import progress
 from spotlight.config import SamplerConfig
+from spotlight.flow.sampler import sample
 from spotlight.policies.base import Policy
 from spotlight.rewards import Reward
-from spotlight.sampler import sample
 
 STD_THRESHOLD = 0.1
 """A prompt 'has something to learn from' when its reward std across seeds reaches this."""

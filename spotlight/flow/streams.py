@@ -12,14 +12,15 @@ SEED_SPACE = 2**31 - 1
 """Sample, update and candidate seeds are drawn from ``[0, SEED_SPACE)``."""
 
 BATCH_STREAM = 0
-"""An iteration's prompts and their sample seeds (spotlight.loop.iteration_batch)."""
+"""An iteration's prompts and their sample seeds (spotlight.training.loop.iteration_batch)."""
 UPDATE_STREAM = 1
-"""The seed of an iteration's update: timestep subset, chunk order (spotlight.loop.update_seed)."""
+"""The seed of an iteration's update: timestep subset, chunk order
+(spotlight.training.loop.update_seed)."""
 EXPLORE_STREAM = 2
 """Candidate seeds of an iteration's exploration, one sub-stream per prompt
-(spotlight.exploration.candidate_seeds)."""
+(spotlight.explore.exploration.candidate_seeds)."""
 SHUFFLE_STREAM = 3
-"""The control runs' advantage permutation (spotlight.loop.score_groups)."""
+"""The control runs' advantage permutation (spotlight.training.loop.score_groups)."""
 
 
 def iteration_rng(seed: int, iteration: int, stream: int, *more: int) -> np.random.Generator:

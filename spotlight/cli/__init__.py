@@ -1,0 +1,38 @@
+"""The ``spotlight`` command: ``spotlight train`` (more subcommands join as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from spotlight.cli import bench, models, simulate, train
+from spotlight.cli.train import ray_options_from_args
+
+__all__ = ["build_parser", "main", "ray_options_from_args"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spotlight", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train.add_parser(sub)
+    models.add_parser(sub)
+    simulate.add_parser(sub)
+    bench.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "resume", None) and getattr(args, "out", None):
+        parser.error("--resume DIR continues DIR; do not also pass --out")
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
+        print(f"spotlight: error: {e}", file=sys.stderr)  # e.g. an --out that is a file
+        return 2
+    except BrokenPipeError:  # `spotlight ... | head`: the reader left; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+        return 141

@@ -1,0 +1,150 @@
+"""``spotlight bench``: benchmarks that need real runs (``exploration``, ``regroup``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from spotlight.config import Config, apply_overrides
+from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.what == "regroup":
+        from spotlight.sp.bench_regroup import run
+
+        run(Path(args.out), args.repeats, args.checkpoint_mb, log=sys.stdout)
+        return 0
+    return _exploration(args)
+
+
+def _exploration(args: argparse.Namespace) -> int:
+    from spotlight.bench import MODES, finished_runs, plot_exploration, run_runs, summarize_runs
+    from spotlight.job.cluster import connect
+    from spotlight.job.options import RayOptions
+
+    cfg = _exploration_config(args)
+    modes = args.modes or list(MODES)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    opts = RayOptions(num_samplers=args.samplers, wandb=False)
+    out = Path(args.out)
+    name = args.name or "exploration"
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:  # what has finished so far (a bench can span sessions)
+        folders = finished_runs(out, modes, args.seeds)
+    else:
+        connect(opts)  # one Ray for all runs
+        folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
+    summary = summarize_runs(folders, args.target_delta)
+    summary.update(
+        recipe=cfg.recipe,
+        task=cfg.task,
+        iterations=cfg.num_iterations,
+        seeds=args.seeds,
+        val_prompts=cfg.num_val_prompts,
+        val_seeds=cfg.num_val_seeds,
+        val_every=cfg.val_every,
+        budget_seeds=cfg.exploration.budget_seeds,
+        max_candidates=cfg.exploration.max_candidates,
+        stop_at_target=args.stop_at_target,
+        max_wall_s=cfg.max_wall_s,
+        overrides=args.set,
+    )
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot_exploration(summary, out / f"{name}.png")
+    _print_summary(summary, out, name)
+    return 0
+
+
+def _exploration_config(args: argparse.Namespace) -> Config:
+    """The recipe with the bench's flags and ``--set`` overrides, validated."""
+    cfg = apply_overrides(get_recipe(args.recipe), args.set)
+    cfg = dataclasses.replace(
+        cfg,
+        num_iterations=args.iterations or cfg.num_iterations,
+        val_every=args.val_every or cfg.val_every,
+        stop_at_val_gain=args.target_delta if args.stop_at_target else cfg.stop_at_val_gain,
+        max_wall_s=args.max_wall_min * 60 if args.max_wall_min else cfg.max_wall_s,
+        exploration=dataclasses.replace(
+            cfg.exploration,
+            budget_seeds=args.budget_seeds
+            if args.budget_seeds is not None
+            else cfg.exploration.budget_seeds,
+        ),
+    )
+    cfg.validate()
+    return cfg
+
+
+def _print_summary(summary: dict[str, Any], out: Path, name: str) -> None:
+    for mode, m in summary["modes"].items():
+        rho = m["rank_spearman_stale_fresh"]["mean"]
+        print(
+            f"[bench] {mode}: target reached {m['reached_target']}, final val "
+            f"{m['final_val_reward_mean']:.4f}, group std {m['group_reward_std_mean']:.4f}, "
+            f"zero-std groups {m['zero_std_group_share']:.1%}, "
+            f"{m['wall_s_per_iteration_mean']:.1f} s/iteration"
+            + (f", stale/fresh Spearman {rho:.2f}" if rho is not None else "")
+        )
+    print(f"[bench] -> {out / (name + '.json')}, {out / (name + '.png')}")
+
+
+def add_parser(sub) -> None:
+    from spotlight.job.options import RayOptions
+
+    bench = sub.add_parser("bench", help="benchmarks that need real runs")
+    bench.add_argument("what", choices=["exploration", "regroup"])
+    bench.add_argument(
+        "--out", required=True, help="folder for exploration.json and the runs / regroup.json"
+    )
+    _add_exploration_flags(bench)
+    bench.add_argument("--samplers", type=int, default=RayOptions().num_samplers)
+    bench.add_argument("--repeats", type=int, default=5, help="regroup: repetitions")
+    bench.add_argument(
+        "--checkpoint-mb", type=int, default=256, help="regroup: checkpoint size to load cold"
+    )
+    bench.set_defaults(func=_bench)
+
+
+def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
+    """``bench exploration``: the runs (recipe, modes, seeds, target) and the report."""
+    bench.add_argument("--recipe", default=DEFAULT_RECIPE, choices=sorted(RECIPES))
+    bench.add_argument("--iterations", type=int, help="iterations per run (default: recipe's)")
+    bench.add_argument("--val-every", type=int, help="validation interval (default: recipe's)")
+    bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
+    bench.add_argument("--modes", nargs="+", help="subset of off critical_path spot spot_uniform")
+    bench.add_argument(
+        "--target-delta", type=float, default=0.15, help="target = initial validation + this"
+    )
+    bench.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="end each run at its first validation that reaches the target",
+    )
+    bench.add_argument(
+        "--max-wall-min", type=float, help="cap each run at this many minutes (then validate)"
+    )
+    bench.add_argument(
+        "--budget-seeds",
+        type=int,
+        help="fixed exploration budget per iteration, explored in full (exploration.budget_seeds)",
+    )
+    bench.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set num_val_seeds=2 (repeatable)",
+    )
+    bench.add_argument("--name", help="exploration: output file stem (default: exploration)")
+    bench.add_argument(
+        "--report-only",
+        action="store_true",
+        help="exploration: write the report from the runs already finished, run nothing",
+    )

@@ -1,0 +1,217 @@
+"""``spotlight simulate``: the trace-driven cluster simulation of every system."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from spotlight.cli.common import add_price_flags
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from spotlight.scheduling.costs import PriceTable
+    from spotlight.sim.sim_report import simulate
+
+    prices = PriceTable(
+        on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
+    )
+    learning = _learning_model(args, _contrast_exponent(args))
+    simulate(
+        _scenario(args),
+        args.trace,
+        Path(args.out),
+        systems=args.systems,
+        prices=prices,
+        learning=learning,
+        seed=args.seed,
+        log=sys.stdout,
+        trace_windows=args.trace_windows,
+        workers=args.workers,
+    )
+    return 0
+
+
+def _contrast_exponent(args: argparse.Namespace) -> float | None:
+    """--contrast-exponent, or the one fitted from --fit-exploration's benches."""
+    if not args.fit_exploration:
+        return args.contrast_exponent
+    from spotlight.sim.sim_model import fit_contrast_exponent
+
+    files = ", ".join(args.fit_exploration)
+    summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
+    fit = fit_contrast_exponent(summaries)
+    if fit["k"] is None:
+        raise ValueError(
+            f"{files}: no mode both reached the target and changed the group std, so the"
+            " contrast exponent cannot be fitted from it"
+        )
+    k = fit["k"]
+    for pt in fit["points"]:
+        print(
+            f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "
+            f"{pt['speedup']:.2f}x fewer iterations to the target ({pt['reached']} reached)"
+        )
+    print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {files})")
+    return k
+
+
+def _learning_model(args: argparse.Namespace, k: float | None):
+    """The :class:`LearningModel` that the flags ask for, the flags checked."""
+    from spotlight.sim.sim_model import LearningModel
+
+    learning = LearningModel(baseline_iterations=args.baseline_iterations)
+    if k is not None:
+        learning = dataclasses.replace(learning, contrast_exponent=k)
+    changes = {
+        "prompts_file": args.prompts_file,
+        "rank_preservation": args.rank_correlation,
+        "async_staleness_factor": args.async_staleness_factor,
+        "reward_draws": args.reward_draws,
+    }
+    learning = dataclasses.replace(learning, **{k: v for k, v in changes.items() if v is not None})
+    if args.prompts_file is not None:
+        from spotlight.sim.sim_model import EVALS
+
+        if not (Path(args.prompts_file).exists() or (EVALS / args.prompts_file).exists()):
+            shipped = ", ".join(sorted(p.name for p in EVALS.glob("eval-*.json")))
+            raise ValueError(
+                f"--prompts-file {args.prompts_file}: no such file (an eval.json of `spotlight"
+                f" eval`, or a shipped one: {shipped})"
+            )
+    if args.rank_correlation is not None and not -1.0 <= args.rank_correlation <= 1.0:
+        raise ValueError(f"--rank-correlation must be in [-1, 1], got {args.rank_correlation}")
+    if args.async_staleness_factor is not None and not 0.0 < args.async_staleness_factor <= 1.0:
+        raise ValueError(
+            f"--async-staleness-factor must be in (0, 1], got {args.async_staleness_factor}"
+        )
+    return learning
+
+
+def _scenario(args: argparse.Namespace):
+    """--scenario's name, or the scenario with --explore-candidates / --explore-budget."""
+    if args.explore_candidates is None and args.explore_budget is None:
+        return args.scenario
+    from spotlight.sim.sim_model import SCENARIOS
+
+    base = SCENARIOS[args.scenario]
+    if args.explore_candidates is not None and args.explore_candidates < 2 * base.group_size:
+        raise ValueError(f"--explore-candidates must be >= 2 x group size ({2 * base.group_size})")
+    if args.explore_budget is not None and args.explore_budget < 0:
+        raise ValueError(f"--explore-budget must be >= 0, got {args.explore_budget}")
+    return dataclasses.replace(
+        base,
+        explore_candidates=args.explore_candidates or base.explore_candidates,
+        explore_budget=args.explore_budget,
+    )
+
+
+def add_parser(sub) -> None:
+    sim = sub.add_parser("simulate", help="trace-driven cluster simulation of every system")
+    _add_run_flags(sim)
+    _add_progress_flags(sim)
+    _add_prompt_flags(sim)
+    add_price_flags(sim)
+    sim.set_defaults(func=_simulate)
+
+
+def _add_run_flags(sim: argparse.ArgumentParser) -> None:
+    """What is simulated: the scenario, the trace, the systems, and how many runs."""
+    from spotlight.sim.sim_model import SCENARIOS, SYSTEMS
+
+    sim.add_argument("--scenario", default="paper-512", choices=sorted(SCENARIOS))
+    sim.add_argument(
+        "--trace",
+        metavar="PATH",
+        help="spot capacity trace (SkyPilot .json / Oobleck .csv; a bare name finds the shipped"
+        " ones; default: the scenario's)",
+    )
+    sim.add_argument("--out", required=True, help="folder for summary.json, report.md, plots")
+    sim.add_argument("--systems", nargs="+", choices=sorted(SYSTEMS), help="default: all")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument(
+        "--trace-windows",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each spot system from N evenly spaced starts of the trace; report the median"
+        " window (Spotlight's) and every window's spread (default 1)",
+    )
+    sim.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        metavar="N",
+        help="simulations run in N processes at once; the results are those of one process"
+        " (default: min(2, CPUs))",
+    )
+
+
+def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
+    """The learning model's progress: plain GRPO's iterations and the contrast exponent."""
+    sim.add_argument(
+        "--baseline-iterations",
+        type=int,
+        default=300,
+        help="plain GRPO's iterations to the target (modelled; see spotlight/sim/sim_model.py)",
+    )
+    sim.add_argument(
+        "--contrast-exponent",
+        type=float,
+        default=None,
+        help="k in progress = (group std / plain GRPO's) ** k (default: 0.549, fitted on the"
+        " OCR-mini exploration benches; docs/simulator.md)",
+    )
+    sim.add_argument(
+        "--fit-exploration",
+        metavar="JSON",
+        nargs="+",
+        help="fit k from these exploration.json files (spotlight bench exploration), pooling"
+        " their points, and use it",
+    )
+
+
+def _add_prompt_flags(sim: argparse.ArgumentParser) -> None:
+    """The prompts and seeds: their population, exploration, reward draws, staleness."""
+    from spotlight.sim.sim_model import LearningModel
+
+    learn_defaults = LearningModel()
+    sim.add_argument(
+        "--prompts-file",
+        metavar="JSON",
+        help="prompt population: per-prompt rewards of an eval.json (`spotlight eval`) or a"
+        f" shipped one (default {learn_defaults.prompts_file})",
+    )
+    sim.add_argument(
+        "--rank-correlation",
+        type=float,
+        help="stale/fresh Spearman of explored seeds' rewards (default"
+        f" {learn_defaults.rank_preservation}, measured on OCR-mini)",
+    )
+    sim.add_argument(
+        "--explore-candidates",
+        type=int,
+        help="most seeds Spotlight explores per prompt (default: the scenario's, 2 x group)",
+    )
+    sim.add_argument(
+        "--explore-budget",
+        type=int,
+        help="most seeds explored per iteration (default: what the update's time allows); below"
+        " prompts x candidates, the planner chooses which prompts get them",
+    )
+    sim.add_argument(
+        "--reward-draws",
+        choices=["beta_binomial", "empirical"],
+        help="seed rewards: a beta-binomial fit per prompt with stale/fresh draws at the rank"
+        " correlation, or the measured values resampled (capped; default"
+        f" {learn_defaults.reward_draws})",
+    )
+    sim.add_argument(
+        "--async-staleness-factor",
+        type=float,
+        help="progress of a one-step-stale iteration relative to on-policy (async_one_step*;"
+        f" an assumption, default {learn_defaults.async_staleness_factor})",
+    )

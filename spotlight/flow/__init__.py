@@ -1,0 +1,3 @@
+"""The Flow-GRPO math and sampling: the SDE, seeded trajectories, the objectives and one update,
+the iteration's random streams, versioned weights as bytes.
+"""

@@ -1,0 +1,3 @@
+"""The trace-driven simulator: the event loop, its inputs, seed rewards fitted per prompt, and
+`spotlight simulate`'s report.
+"""
