@@ -156,7 +156,7 @@ class Controller:
         has them in words, :mod:`.protocol` the messages they exchange with the trainer)."""
         t0 = time.perf_counter()
         self.queue.wait_version(version)  # the weights v_t are published
-        prompts, seeds = iteration_batch(self.cfg, self.train_prompts, it)
+        prompts, seeds, init = iteration_batch(self.cfg, self.train_prompts, it, True)
         selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
         plan = plan_rollout(  # 1. the batch, with exploration's seeds in place
             prompts,
@@ -164,6 +164,7 @@ class Controller:
             self.cfg.grpo.group_size,
             selection.seeds if selection is not None else None,
             set(selection.trajectories) if selection is not None else set(),
+            init,
         )
         results, rewards, trajectories = self._rollout(plan, selection, it, version)  # 2.
         advantages, group_stats = self._advantages(plan, rewards, selection, extra, it)
@@ -198,7 +199,9 @@ class Controller:
     def _rollout(self, plan: RolloutPlan, selection, it: int, version: int):
         """Step 2: sample what is not sampled yet (critical-path selections are on these
         weights); returns the items' results and the batch's rewards and trajectories."""
-        items = self._chunk_items(plan.to_sample, f"r{it}-v{version}", Kind.ROLLOUT, it, version)
+        items = self._chunk_items(
+            plan.to_sample, f"r{it}-v{version}", Kind.ROLLOUT, it, version, plan.to_sample_init
+        )
         results = self.queue.run_items(items, f"iteration {it + 1} rollout") if items else {}
         rolled_r = [r for item in items for r in results[item.item_id].rewards]
         rolled_t = [t for item in items for t in results[item.item_id].trajectories]
@@ -282,13 +285,14 @@ class Controller:
         }
 
     # -- Exploration ---------------------------------------------------------------------
-    def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int) -> list:
-        """``flat`` (prompt, seed) samples as work items of ``sampler.batch_size``."""
+    def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int, init=None):
+        """``flat`` (prompt, seed) samples (and their ``init`` seeds, when groups share their
+        noise) as work items of ``sampler.batch_size``."""
         from spotlight.scheduling.work_queue import WorkItem
 
         return [
-            WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss)
-            for k, (ps, ss) in enumerate(chunks(flat, self.cfg.sampler.batch_size))
+            WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss, init_seeds=ii)
+            for k, (ps, ss, ii) in enumerate(chunks(flat, self.cfg.sampler.batch_size, init))
         ]
 
     def _budget(self) -> int:
@@ -312,11 +316,19 @@ class Controller:
         from spotlight.explore.exploration import Exploration
 
         cfg = self.cfg
-        unique = iteration_batch(cfg, self.train_prompts, it)[0][:: cfg.grpo.group_size]
+        unique, init = self._groups(it)
         budget = self._budget()
-        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        plan = self.planner.plan(unique, budget)
+        exp = Exploration(it, version, unique, plan, budget=budget, init_seeds=init)
         self.queue.submit(exp.work_items(cfg.seed, cfg.sampler.batch_size))
         return exp
+
+    def _groups(self, it: int) -> tuple[list[str], list[int] | None]:
+        """Iteration ``it``'s prompts, one per group, and the initial-noise seed each group
+        shares (None without ``sampler.group_init_noise``)."""
+        prompts, _, init = iteration_batch(self.cfg, self.train_prompts, it, True)
+        group = self.cfg.grpo.group_size
+        return prompts[::group], init[::group] if init is not None else None
 
     def _collect_exploration(self, exp, fresh_version: int) -> None:
         """Take what finished (unfinished items are withdrawn), select, learn."""
@@ -348,7 +360,9 @@ class Controller:
         from spotlight.explore.exploration import Exploration, select_groups
 
         cfg = self.cfg
-        exp = Exploration(it, version, unique, self.planner.plan(unique, budget), budget=budget)
+        init = self._groups(it)[1]
+        plan = self.planner.plan(unique, budget)
+        exp = Exploration(it, version, unique, plan, budget=budget, init_seeds=init)
         items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
         results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
         sel = select_groups(

@@ -54,11 +54,6 @@ def run_ray(
     opts = opts or RayOptions()
     cfg.validate()
     opts.validate()
-    if cfg.sampler.group_init_noise:  # work items carry (prompt, seed) pairs only, so far
-        raise ValueError(
-            "sampler.group_init_noise is not supported by the Ray runner yet (its work items"
-            " carry no init seeds, so group members would not share their initial noise)"
-        )
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
     out_dir.mkdir(parents=True, exist_ok=True)

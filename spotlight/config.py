@@ -43,7 +43,8 @@ class SamplerConfig:
     """The G members of a prompt's group share their initial noise x(t=1) (DanceGRPO
     ``--init_same_noise``), so they differ only by their SDE steps' noise. The loop draws one
     init seed per group (``spotlight.training.loop.iteration_batch(..., with_init_seeds=True)``) and
-    passes it to the sampler; a trajectory records it as ``init_seed``. Without an init seed
+    passes it to the sampler; a trajectory records it as ``init_seed``. On Ray the work items
+    carry it (``WorkItem.init_seeds``), exploration's candidates too. Without an init seed
     (validation) a sample's initial noise comes from its own seed as usual."""
 
     @property

@@ -31,6 +31,7 @@ def _simulate(args: argparse.Namespace) -> int:
         log=sys.stdout,
         trace_windows=args.trace_windows,
         workers=args.workers,
+        ablation_windows=args.ablation_windows,
     )
     return 0
 
@@ -92,8 +93,9 @@ def _learning_model(args: argparse.Namespace, k: float | None):
 
 
 def _scenario(args: argparse.Namespace):
-    """--scenario's name, or the scenario with --explore-candidates / --explore-budget."""
-    if args.explore_candidates is None and args.explore_budget is None:
+    """--scenario's name, or the scenario with --explore-candidates / --explore-budget /
+    --gpus-per-node."""
+    if args.explore_candidates is None and args.explore_budget is None and not args.gpus_per_node:
         return args.scenario
     from spotlight.sim.sim_model import SCENARIOS
 
@@ -102,10 +104,13 @@ def _scenario(args: argparse.Namespace):
         raise ValueError(f"--explore-candidates must be >= 2 x group size ({2 * base.group_size})")
     if args.explore_budget is not None and args.explore_budget < 0:
         raise ValueError(f"--explore-budget must be >= 0, got {args.explore_budget}")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
     return dataclasses.replace(
         base,
         explore_candidates=args.explore_candidates or base.explore_candidates,
-        explore_budget=args.explore_budget,
+        explore_budget=base.explore_budget if args.explore_budget is None else args.explore_budget,
+        gpus_per_node=args.gpus_per_node or base.gpus_per_node,
     )
 
 
@@ -139,6 +144,20 @@ def _add_run_flags(sim: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run each spot system from N evenly spaced starts of the trace; report the median"
         " window (Spotlight's) and every window's spread (default 1)",
+    )
+    sim.add_argument(
+        "--gpus-per-node",
+        type=int,
+        metavar="N",
+        help="GPUs of a spot node: what the trace counts and a preemption takes at once"
+        " (default: the scenario's, 8 for paper-512/1280)",
+    )
+    sim.add_argument(
+        "--ablation-windows",
+        choices=("median", "all"),
+        default="median",
+        help="with --trace-windows: run the ablations (Spotlight with one part changed) on"
+        " Spotlight's median window only (default), or on every window",
     )
     sim.add_argument(
         "--workers",

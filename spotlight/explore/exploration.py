@@ -37,6 +37,9 @@ class Exploration:
     items: dict[str, list[str]] = field(default_factory=dict)
     """Item ids per prompt."""
     budget: int = 0
+    init_seeds: list[int] | None = None
+    """Per prompt, the initial-noise seed its group shares in the iteration
+    (``sampler.group_init_noise``): every candidate starts from that noise, as the group will."""
 
     def work_items(self, cfg_seed: int, batch_size: int) -> list[WorkItem]:
         out = []
@@ -58,6 +61,7 @@ class Exploration:
                         self.weights_version,
                         (prompt,) * len(part),
                         tuple(part),
+                        init_seeds=(self.init_seeds[k],) * len(part) if self.init_seeds else None,
                     )
                 )
                 self.items[prompt].append(item_id)

@@ -27,12 +27,14 @@ def start_item(
     item: WorkItem, latent_shape: tuple[int, ...], sampler: SamplerConfig
 ) -> list[Trajectory]:
     """The item's trajectories: from its checkpoint when it was interrupted, else from its
-    seeds (drawn with the item's weights version)."""
+    seeds (drawn with the item's weights version; the initial noise from its init seeds when it
+    has them)."""
     if item.resume is not None:
         return [Trajectory.from_bytes(b) for b in item.resume.trajectories]
+    init = item.init_seeds or (None,) * len(item.seeds)
     return [
-        start_trajectory(p, s, latent_shape, sampler, item.weights_version)
-        for p, s in zip(item.prompts, item.seeds, strict=True)
+        start_trajectory(p, s, latent_shape, sampler, item.weights_version, i)
+        for p, s, i in zip(item.prompts, item.seeds, init, strict=True)
     ]
 
 

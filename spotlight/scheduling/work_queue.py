@@ -116,6 +116,9 @@ class WorkItem:
     seeds: tuple[int, ...]
     resume: ItemCheckpoint | None = None
     """Set by :meth:`WorkQueue.pull` when the item was interrupted: continue from here."""
+    init_seeds: tuple[int, ...] | None = None
+    """Per sample, the seed of its initial noise when a group shares it
+    (``sampler.group_init_noise``); None: each seed draws its own."""
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_PRIORITY:
@@ -125,6 +128,9 @@ class WorkItem:
                 f"item {self.item_id}: {len(self.prompts)} prompts and {len(self.seeds)} seeds"
                 " (need the same number, at least one)"
             )
+        if self.init_seeds is not None and len(self.init_seeds) != len(self.seeds):
+            n, m = len(self.init_seeds), len(self.seeds)
+            raise ValueError(f"item {self.item_id}: {n} init seeds for {m} seeds")
 
 
 @dataclass
@@ -263,7 +269,9 @@ class WorkQueue:
         for item in items:
             if self._entry(item.item_id) is not None:
                 continue
-            entry = _Entry(replace(item, resume=None), next(self._order))
+            if item.resume is not None:  # a checkpoint comes from commits, never a submit
+                item = replace(item, resume=None)
+            entry = _Entry(item, next(self._order))
             self._move(entry, ItemState.PENDING, now)
             added += 1
         return added
@@ -300,9 +308,13 @@ class WorkQueue:
             return self.spill.allows(entry.item.kind, waited)
 
         pending = self._in[ItemState.PENDING].values()
-        ready = sorted((e for e in pending if may_take(e)), key=lambda e: e.priority)
+        if max_items == 1:  # the common pull: the best item is enough (priorities are unique)
+            best = min(filter(may_take, pending), key=lambda e: e.priority, default=None)
+            ready = [best] if best is not None else []
+        else:
+            ready = sorted(filter(may_take, pending), key=lambda e: e.priority)[: max(0, max_items)]
         out = []
-        for entry in ready[: max(0, max_items)]:
+        for entry in ready:
             self._move(entry, ItemState.LEASED)
             entry.worker_id, entry.expires_at = worker_id, now + self.lease_s
             item = entry.item

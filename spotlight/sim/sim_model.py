@@ -71,14 +71,6 @@ class Overheads:
     replica_start_s: float = 120.0
     """A new spot GPU becomes a sampling replica: process start, imports, 41 GB of weights from
     storage (modelled: ~0.5 GB/s per node from object storage plus ~40 s start)."""
-    regroup_s: float = 1.0
-    """Survivors of a broken SP group re-form groups from on-node state: a communicator init
-    (measured 0.041 s for the whole regroup with gloo on one machine, docs/benchmarks.md;
-    modelled 1 s for NCCL across nodes)."""
-    restart_s: float = 120.0
-    """Ablation: a broken SP group restarts cold: ``restart_cost_s`` (bench_regroup.py) =
-    process start (30 s) + 41 GB at ~0.5 GB/s from object storage (82 s) + init (5 s), rounded
-    (modelled; 4.6 s measured here for the tiny policy from local disk)."""
     notice_s: float = 120.0
     """Warning before a preemption (AWS spot: 2 minutes)."""
     hard_share: float = 0.1
@@ -109,7 +101,11 @@ class Scenario:
     batch_size: int
     """Samples per work item."""
     sp_degree: int
-    """GPUs per sampling replica (Ulysses SP); 1 at 512x512."""
+    """GPUs per SP group (Ulysses SP); 1 at 512x512. Groups are formed within a node."""
+    gpus_per_node: int | None = None
+    """GPUs of a spot node: the unit the traces count and a preemption takes (all of them at
+    once, with one notice or none). None: ``sp_degree`` (one group a node). The paper scenarios
+    use 8 (p5.48xlarge, p4d)."""
     sp_efficiency: dict[int, float] = field(default_factory=lambda: {1: 1.0})
     """Throughput per GPU of a group of k relative to k=1 (modelled; issue 7 measures it)."""
     valid_degrees: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
@@ -129,6 +125,24 @@ class Scenario:
     step_costs: StepCosts | None = None
     """Override the calibration file (tests use round numbers)."""
 
+    def __post_init__(self) -> None:
+        if self.node_gpus < self.sp_degree or self.sampler_gpus % self.node_gpus:
+            raise ValueError(
+                f"scenario {self.name}: {self.sampler_gpus} sampler GPUs in nodes of"
+                f" {self.node_gpus} (need whole nodes, each holding an SP group of"
+                f" {self.sp_degree})"
+            )
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs per spot node (``gpus_per_node``, or ``sp_degree`` when unset)."""
+        return self.gpus_per_node or self.sp_degree
+
+    @property
+    def spot_nodes(self) -> int:
+        """Spot nodes at full capacity: the trace is scaled to this many."""
+        return self.sampler_gpus // self.node_gpus
+
     def costs(self) -> StepCosts:
         return self.step_costs or StepCosts.from_calib(self.image_tokens)
 
@@ -146,6 +160,7 @@ SCENARIOS: dict[str, Scenario] = {
         train_step_fraction=0.6,
         batch_size=8,
         sp_degree=1,
+        gpus_per_node=8,
     ),
     "paper-1280": Scenario(
         name="paper-1280",
@@ -159,6 +174,7 @@ SCENARIOS: dict[str, Scenario] = {
         train_step_fraction=0.6,
         batch_size=2,
         sp_degree=4,
+        gpus_per_node=8,
         sp_efficiency={1: 1.0, 2: 0.92, 3: 0.88, 4: 0.85, 6: 0.78, 8: 0.72},
     ),
     "small": Scenario(
@@ -176,7 +192,7 @@ SCENARIOS: dict[str, Scenario] = {
         sp_efficiency={1: 1.0, 2: 0.9},
         explore_candidates=8,
         critical_candidates=8,
-        overheads=Overheads(replica_start_s=10.0, restart_s=10.0, notice_s=5.0, lease_s=5.0),
+        overheads=Overheads(replica_start_s=10.0, notice_s=5.0, lease_s=5.0),
         max_hours=5.0,
     ),
 }
@@ -192,8 +208,6 @@ class System:
     exploration: str = "off"
     """'off', 'critical_path' (best-of-N before each rollout) or 'spot' (during training)."""
     uniform_planner: bool = False
-    sp_recovery: str = "regroup"
-    """'regroup' (elastic SP) or 'restart'."""
     dispatch: str = "pull"
     """'pull' (queue with leases and commits) or 'push' (round robin, no commits)."""
     pipeline: str = "separate"
@@ -259,7 +273,6 @@ def _spotlight() -> list[System]:
         spotlight,
         dataclasses.replace(spotlight, name="ablation_no_trainer_samples", trainer_samples=False),
         dataclasses.replace(spotlight, name="ablation_uniform_planner", uniform_planner=True),
-        dataclasses.replace(spotlight, name="ablation_sp_restart", sp_recovery="restart"),
         dataclasses.replace(spotlight, name="ablation_push", dispatch="push"),
     ]
 

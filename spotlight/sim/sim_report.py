@@ -92,6 +92,7 @@ def simulate(
     log: TextIO | None = None,
     trace_windows: int = 1,
     workers: int = 1,
+    ablation_windows: str = "median",
 ) -> dict[str, Any]:
     """Run ``systems`` (default: all) and write the summary and report to ``out``.
 
@@ -100,40 +101,34 @@ def simulate(
 
     With ``trace_windows`` N > 1 every spot system runs N times, the trace started at N evenly
     spaced offsets of its loop (window 0: where it first has capacity). The on-demand systems
-    do not depend on the trace and run once. The summary's systems, ratios and best baselines
+    do not depend on the trace and run once; the ablations (Spotlight with one part changed)
+    run on Spotlight's median window only (``ablation_windows="all"``: on every window, as the
+    spot baselines do). The summary's systems, ratios and best baselines
     are those of the **median window** (Spotlight's median time to target; a system's own
     median when Spotlight did not run), and ``trace_windows`` gives every window's time and
     cost per spot system with their median and range."""
-    sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
-    if isinstance(scenario, str) and scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    names = systems or list(SYSTEMS)
-    unknown = [n for n in names if n not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}")
+    sc, names = _check(scenario, systems, trace_windows, workers, ablation_windows)
     cap = load_trace(trace or sc.trace)
     prices = prices or PriceTable()
     learning = learning or LearningModel()
     out.mkdir(parents=True, exist_ok=True)
-    if trace_windows < 1:
-        raise ValueError(f"trace_windows must be >= 1, got {trace_windows}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
     offsets = window_offsets_s(cap, trace_windows)
+    spot = {n for n in names if SYSTEMS[n].samplers == "spot"}
+    later = []  # the spot ablations, run on Spotlight's median window once it is known
+    if ablation_windows == "median" and "spotlight" in names and len(offsets) > 1:
+        later = [n for n in names if n in spot and n not in BASELINES and n != "spotlight"]
     jobs = [
         (name, k, off)
         for name in names
-        for k, off in enumerate(offsets if SYSTEMS[name].samplers == "spot" else [0.0])
+        if name not in later
+        for k, off in enumerate(offsets if name in spot else [0.0])
     ]
-    args = [(sc, SYSTEMS[name], cap, prices, learning, seed, off) for name, _, off in jobs]
-    runs: dict[str, list[RunResult]] = {}
-    for (name, k, off), (r, took_s) in zip(jobs, _run_all(args, workers), strict=True):
-        runs.setdefault(name, []).append(r)
-        if log is not None:
-            spot = SYSTEMS[name].samplers == "spot"
-            where = f" window {k} (+{off / 3600:.1f} h)" if len(offsets) > 1 and spot else ""
-            _log_run(log, name + where, r, took_s)
+    run = (sc, cap, prices, learning, seed, workers, log, len(offsets) > 1)
+    runs = _run_jobs(jobs, *run)
     median = _median_window(runs)
+    if later:
+        runs.update(_run_jobs([(n, median, offsets[median]) for n in later], *run))
+        runs = {n: runs[n] for n in names}
     results = {n: rs[median if len(rs) > 1 else 0] for n, rs in runs.items()}
     summary = {
         "scenario": _scenario_dict(sc),
@@ -148,20 +143,55 @@ def simulate(
         "paper": PAPER,
         "measured_vs_modelled": [{"kind": k, "what": w} for k, w in MEASURED_VS_MODELLED],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "timelines.json").write_text(
-        json.dumps(
-            {
-                n: {"timeline": r.timeline, "preemptions_h": r.preemption_times_h}
-                for n, r in results.items()
-            }
-        )
-    )
-    _plots(results, out, sc.name, cap.name)
-    (out / "report.md").write_text(_report(summary))
+    _write(out, summary, results, sc.name, cap.name)
     if log is not None:
         print(f"[simulate] -> {out}/summary.json, report.md, *.png", file=log, flush=True)
     return summary
+
+
+def _check(scenario, systems, trace_windows, workers, ablation_windows):
+    """The scenario and the system names, after checking ``simulate``'s arguments."""
+    sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    if isinstance(scenario, str) and scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    names = systems or list(SYSTEMS)
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown system(s) {unknown}; known: {', '.join(SYSTEMS)}")
+    if trace_windows < 1:
+        raise ValueError(f"trace_windows must be >= 1, got {trace_windows}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if ablation_windows not in ("median", "all"):
+        raise ValueError(f"ablation_windows must be 'median' or 'all', got {ablation_windows!r}")
+    return sc, names
+
+
+def _write(out: Path, summary: dict, results: dict[str, RunResult], scenario, trace) -> None:
+    """summary.json, timelines.json, the plots and report.md."""
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    timelines = {
+        n: {"timeline": r.timeline, "preemptions_h": r.preemption_times_h}
+        for n, r in results.items()
+    }
+    (out / "timelines.json").write_text(json.dumps(timelines))
+    _plots(results, out, scenario, trace)
+    (out / "report.md").write_text(_report(summary))
+
+
+def _run_jobs(
+    jobs: list[tuple[str, int, float]], sc, cap, prices, learning, seed, workers, log, windowed
+) -> dict[str, list[RunResult]]:
+    """Run ``(system, window, offset)`` jobs; every system's results in window order."""
+    args = [(sc, SYSTEMS[name], cap, prices, learning, seed, off) for name, _, off in jobs]
+    runs: dict[str, list[RunResult]] = {}
+    for (name, k, off), (r, took_s) in zip(jobs, _run_all(args, workers), strict=True):
+        runs.setdefault(name, []).append(r)
+        if log is not None:
+            spot = SYSTEMS[name].samplers == "spot"
+            where = f" window {k} (+{off / 3600:.1f} h)" if windowed and spot else ""
+            _log_run(log, name + where, r, took_s)
+    return runs
 
 
 def _run_one(args: tuple) -> tuple[RunResult, float]:

@@ -5,14 +5,15 @@ the real :class:`~spotlight.scheduling.work_queue.WorkQueue` by sampler replicas
 group of GPUs), the **update** on the on-demand trainer GPUs, and, for Spotlight, **exploration**
 during the update (sized by the real :class:`~spotlight.explore.planner.Planner` from the update
 time and the measured throughput, exactly as the controller does; seeds chosen by the real
-:func:`~spotlight.explore.seeds.max_variance_subset`). Spot sampler GPUs come and go as a replayed
-capacity trace says (:mod:`spotlight.scheduling.traces`); a preemption comes with a notice (the
-replica commits its item at the next step boundary and hands it back) or without one (the item's
-lease expires and it resumes from the last commit, every ``commit_every`` steps). A broken SP
-group's survivors re-form valid groups (:func:`form_groups`) after ``regroup_s``, or, in the restart
-ablation, after ``restart_s``. New spot GPUs take ``replica_start_s`` before they sample. When
-rollout items wait ``spill_wait_s`` for spot capacity, on-demand fallback GPUs are added for the
-rest of the phase, and the queue's spill rule lets them take rollout items only.
+:func:`~spotlight.explore.seeds.max_variance_subset`). Spot capacity comes and goes in nodes of
+``Scenario.gpus_per_node`` GPUs, as a replayed capacity trace says
+(:mod:`spotlight.scheduling.traces`, scaled to the scenario's spot nodes); SP groups are formed
+within a node, so a preemption takes whole groups: every group of the node commits its item at the
+next step boundary and hands it back (a notice, ``notice_s`` ahead) or loses what it sampled since
+the item's last commit (no notice: the item's lease expires and it resumes from the commit, every
+``commit_every`` steps). New spot nodes take ``replica_start_s`` before they sample. When rollout
+items wait ``spill_wait_s`` for spot capacity, on-demand fallback GPUs are added for the rest of the
+phase, and the queue's spill rule lets them take rollout items only.
 
 Two baselines change the schedule (``System.pipeline``). **Colocated** systems have no sampler
 pool: the same on-demand GPUs sample the rollout and then all of them run the update, whose time
@@ -83,6 +84,25 @@ class _Group:
     trainer: bool = False
     """Trainer GPUs sampling the rollout (``System.trainer_samples``): held anyway (not counted
     again), pull rollout items without waiting, never preempted."""
+    node: int | None = None
+    """The spot node the group runs on (None: on-demand)."""
+
+
+@dataclass
+class _Node:
+    """A spot instance of ``Scenario.gpus_per_node`` GPUs: the unit the traces count, and what a
+    preemption takes (all its GPUs at once, with one notice or none)."""
+
+    nid: int
+    gpus: int
+    ready: bool = False
+    """False while its replicas start (``replica_start_s``)."""
+    free: int = 0
+    """Ready GPUs in no group."""
+    gids: set[int] = field(default_factory=set)
+    """Its SP groups (formed within the node)."""
+    leaving: bool = False
+    """Got a notice: its groups are broken, it is held until it goes."""
 
 
 @dataclass
@@ -205,8 +225,8 @@ class Simulation:
         self._idle: set[int] = set()  # groups without an item (ready or not)
         self._od_held: int | None = None  # on-demand GPUs held now (None: count again)
         self._gid = count()
-        self.free_spot = 0  # ready spot GPUs in no group
-        self.starting = 0  # spot GPUs starting up
+        self.nodes: dict[int, _Node] = {}  # spot nodes held (starting, up or leaving)
+        self._nid = count()
         self.version = 0
         self.preemptions = 0
         self.notices = 0
@@ -218,8 +238,6 @@ class Simulation:
         # On-demand systems' samplers are on-demand GPUs: the spill rule must let them work.
         mode = "always" if system.samplers == Pool.ON_DEMAND else "after_wait"
         self.queue = WorkQueue(lease_s=1e15, spill=SpillPolicy(mode, self.oh.spill_wait_s))
-        self.leaving = 0  # spot GPUs with a notice, held until they go
-        self.lost_starting = 0  # starting GPUs preempted before they were ready
         self.leases_expired = 0
         self.queue.open_run(f"sim-{system.name}")
         self._pending: dict[str, int] | None = None  # the queue's pending items by kind
@@ -252,15 +270,16 @@ class Simulation:
         else:
             if trace is None:
                 raise ValueError("a spot system needs a capacity trace")
-            self._schedule_trace(trace.scaled(scenario.sampler_gpus))
+            self._schedule_trace(trace.scaled(scenario.spot_nodes))
 
     # -- Events and time -----------------------------------------------------------------
     def _push(self, at: float, kind: str, payload: Any = None) -> None:
         heapq.heappush(self._events, (at, next(self._seq), kind, payload))
 
     def _schedule_trace(self, trace: CapacityTrace) -> None:
-        """Capacity changes for ``max_hours``, the trace looped, from where it first has GPUs.
-        Each lost GPU gets a notice ``notice_s`` earlier, except a ``hard_share`` of them."""
+        """Capacity changes for ``max_hours``, the trace (in nodes) looped, from where it first
+        has capacity. Each lost node gets a notice ``notice_s`` earlier, except a ``hard_share``
+        of them."""
         start = next((t for t, c in zip(trace.times_s, trace.counts, strict=True) if c > 0), 0.0)
         w = trace.window(start) if start < trace.duration_s else trace
         w = w.rotated(self.trace_offset_s)
@@ -271,8 +290,8 @@ class Simulation:
                 at = offset + t
                 if at >= horizon:
                     break
-                if c > previous:
-                    self._push(at, "gpus_added", c - previous)
+                for _ in range(c - previous):
+                    self._push(at, "node_added")
                 for _ in range(previous - c):
                     if self.rng.random() < self.oh.hard_share:
                         self._push(at, "kill")
@@ -310,75 +329,60 @@ class Simulation:
         self._idle.discard(gid)
         self._od_held = None
 
-    def _regroup_free(self, delay: float) -> None:
-        """Form groups from the free spot GPUs (after ``delay``)."""
-        sizes = form_groups(self.free_spot, self.sc.sp_degree, self.sc.valid_degrees)
-        for size in sizes:
-            self.free_spot -= size
-            self._add_group(size, Pool.SPOT, self.t + delay)
+    def _form_groups(self, node: _Node, delay: float) -> None:
+        """Form SP groups from ``node``'s free GPUs (ready after ``delay``)."""
+        for size in form_groups(node.free, self.sc.sp_degree, self.sc.valid_degrees):
+            node.free -= size
+            g = self._add_group(size, Pool.SPOT, self.t + delay)
+            g.node = node.nid
+            node.gids.add(g.gid)
 
     def _step_s(self, g: _Group) -> float:
         eff = self.sc.sp_efficiency.get(g.size, 1.0)
         return self.sc.batch_size * self.costs.sample_step_s / (g.size * eff)
 
-    def _victim(self) -> tuple[str, _Group | None]:
-        """A random held spot GPU that has no notice yet: ('starting' | 'free' | 'group', g)."""
-        in_groups = [g for g in self.groups.values() if g.pool == Pool.SPOT for _ in range(g.size)]
-        total = self.starting + self.free_spot + len(in_groups)
-        if total == 0:
-            return "none", None
-        k = self.rng.randrange(total)
-        if k < self.starting:
-            return "starting", None
-        k -= self.starting
-        if k < self.free_spot:
-            return "free", None
-        return "group", in_groups[k - self.free_spot]
+    def _victim(self) -> _Node | None:
+        """A random held spot node that has no notice yet (starting or up)."""
+        held = [n for n in self.nodes.values() if not n.leaving]
+        return held[self.rng.randrange(len(held))] if held else None
 
-    def _take_victim(self, notice: bool) -> bool:
-        """Remove one GPU from use; True if one was found."""
-        where, g = self._victim()
-        if where == "none":
-            return False
-        if where == "starting":
-            self.starting -= 1
-            self.lost_starting += 1
-        elif where == "free":
-            self.free_spot -= 1
-        else:
-            assert g is not None
-            self._break(g, notice)
-        return True
+    def _take_out(self, node: _Node, notice: bool) -> None:
+        """``node`` is out of use: each of its groups loses its GPUs, its item committed
+        (notice) or interrupted (kill)."""
+        for gid in sorted(node.gids):
+            self._break(self.groups[gid], notice)
+        node.gids.clear()
+        node.free = 0
 
     def _on_notice(self, gone_at: float) -> None:
-        if self._take_victim(notice=True):
+        node = self._victim()
+        if node is not None:
+            self._take_out(node, notice=True)
+            node.leaving = True
             self.notices += 1
-            self.leaving += 1
-            self._push(gone_at, "gone")
+            self._push(gone_at, "gone", node.nid)
 
     def _on_kill(self) -> None:
-        if self._take_victim(notice=False):
-            self._lose_gpu()
+        node = self._victim()
+        if node is not None:
+            self._take_out(node, notice=False)
+            self._lose(node)
 
-    def _lose_gpu(self) -> None:
-        self.spot_capacity -= 1
+    def _lose(self, node: _Node) -> None:
+        del self.nodes[node.nid]
+        self.spot_capacity -= node.gpus
         self.preemptions += 1
         self.preemption_times.append(self.t)
 
     def _break(self, g: _Group, notice: bool) -> None:
-        """Group ``g`` loses a GPU: its item is committed (notice) or interrupted (kill), and
-        the survivors re-form groups."""
+        """Group ``g``'s node is preempted: its item is committed (notice) or interrupted
+        (kill)."""
         del self.groups[g.gid]
         self._group_gone(g.gid)
         if g.item is not None and g.started <= self.t:
             self._interrupt(g, notice)
         elif g.item is not None or g.queue:  # not started yet (weights loading) / push list
             self._give_back(g, [g.item] if g.item else [], notice)
-        survivors = g.size - 1
-        if survivors:
-            self.free_spot += survivors
-            delay = self.oh.regroup_s if self.sys.sp_recovery == "regroup" else self.oh.restart_s
-            self._regroup_free(delay)
 
     def _give_back(self, g: _Group, in_hand: list[WorkItem], notice: bool) -> None:
         if self.sys.dispatch == "push":
@@ -613,21 +617,20 @@ class Simulation:
         self._advance(until)
 
     def _handle(self, kind: str, payload: Any, rollout_waiting: bool) -> None:
-        if kind == "gpus_added":
-            self.spot_capacity += payload
-            self.starting += payload
-            self._push(self.t + self.oh.replica_start_s, "gpus_ready", payload)
-        elif kind == "gpus_ready":
-            lost = min(self.lost_starting, payload)  # preempted while starting
-            self.lost_starting -= lost
-            self.starting -= payload - lost
-            self.free_spot += payload - lost
-            self._regroup_free(0.0)
+        if kind == "node_added":
+            node = _Node(next(self._nid), self.sc.node_gpus)
+            self.nodes[node.nid] = node
+            self.spot_capacity += node.gpus
+            self._push(self.t + self.oh.replica_start_s, "node_ready", node.nid)
+        elif kind == "node_ready":
+            node = self.nodes.get(payload)
+            if node is not None and not node.leaving:  # (else preempted while starting)
+                node.ready, node.free = True, node.gpus
+                self._form_groups(node, 0.0)
         elif kind == "notice":
             self._on_notice(payload)
         elif kind == "gone":
-            self.leaving -= 1
-            self._lose_gpu()
+            self._lose(self.nodes[payload])
         elif kind == "kill":
             self._on_kill()
         elif kind == "lease_expired":

@@ -223,7 +223,7 @@ def restart_cost_s(
 ) -> float:
     """Cluster-scale cold restart of an SP group: new processes (Python, torch, CUDA context),
     the checkpoint read from storage by each member at ``storage_gb_per_s``, the group's
-    communicator. The simulator's ``Overheads.restart_s``."""
+    communicator."""
     return process_start_s + model_gb / storage_gb_per_s + group_init_s
 
 
@@ -231,5 +231,5 @@ def regroup_cost_s(
     group_init_s: float, weights_gb: float = 0.0, peer_gb_per_s: float = 1.0
 ) -> float:
     """Re-forming survivors: a new communicator, plus a peer copy of ``weights_gb`` when a member
-    lacks the weights (0 when all survivors hold them). The simulator's ``Overheads.regroup_s``."""
+    lacks the weights (0 when all survivors hold them)."""
     return group_init_s + (weights_gb / peer_gb_per_s if weights_gb else 0.0)

@@ -29,6 +29,8 @@ class RolloutPlan:
     group: int
     reused: frozenset[str]
     """Prompts whose samples exist already (sampled on these weights): not sampled again."""
+    init_seeds: tuple[int, ...] | None = None
+    """One initial-noise seed per prompt when a group shares it (``sampler.group_init_noise``)."""
 
     def group_seeds(self, b: int) -> tuple[int, ...]:
         return self.seeds[b * self.group : (b + 1) * self.group]
@@ -41,6 +43,18 @@ class RolloutPlan:
             for b, p in enumerate(self.prompts)
             if p not in self.reused
             for s in self.group_seeds(b)
+        ]
+
+    @property
+    def to_sample_init(self) -> list[int] | None:
+        """The init seed of every sample of :attr:`to_sample` (None: no shared noise)."""
+        if self.init_seeds is None:
+            return None
+        return [
+            i
+            for p, i in zip(self.prompts, self.init_seeds, strict=True)
+            if p not in self.reused
+            for _ in range(self.group)
         ]
 
     def assemble(
@@ -76,10 +90,12 @@ def plan_rollout(
     group: int,
     chosen: dict[str, list[int]] | None = None,
     reused: set[str] | frozenset[str] = frozenset(),
+    init_seeds: list[int] | None = None,
 ) -> RolloutPlan:
     """The rollout of a batch (``prompts`` and ``seeds`` flat, ``group`` per prompt) with
     exploration's ``chosen`` seeds in place of the random ones and the ``reused`` prompts
-    (sampled already) left out of what is sampled.
+    (sampled already) left out of what is sampled. ``init_seeds`` (flat, as
+    ``iteration_batch`` gives them: one per group, repeated) when groups share their noise.
 
     Raises:
         ValueError: the batch is not whole groups of one prompt each, a chosen seed list is not
@@ -98,18 +114,28 @@ def plan_rollout(
             flat[b * group : (b + 1) * group] = chosen[p]
     if not set(reused) <= set(unique):
         raise ValueError(f"reused prompts not in the batch: {sorted(set(reused) - set(unique))}")
-    return RolloutPlan(unique, tuple(flat), group, frozenset(reused))
+    per_group = None
+    if init_seeds is not None:
+        if len(init_seeds) != len(prompts):
+            raise ValueError(f"{len(init_seeds)} init seeds for {len(prompts)} samples")
+        per_group = tuple(init_seeds[::group])
+    return RolloutPlan(unique, tuple(flat), group, frozenset(reused), per_group)
 
 
-def chunks(samples: list[tuple[str, int]], batch_size: int) -> list[tuple[tuple, tuple]]:
-    """``samples`` cut into work items of ``batch_size``: (prompts, seeds) per item, in order
-    (the last may be shorter)."""
+def chunks(
+    samples: list[tuple[str, int]], batch_size: int, init_seeds: list[int] | None = None
+) -> list[tuple[tuple, tuple, tuple | None]]:
+    """``samples`` cut into work items of ``batch_size``: (prompts, seeds, init seeds or None)
+    per item, in order (the last may be shorter)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if init_seeds is not None and len(init_seeds) != len(samples):
+        raise ValueError(f"{len(init_seeds)} init seeds for {len(samples)} samples")
     return [
         (
             tuple(p for p, _ in samples[lo : lo + batch_size]),
             tuple(s for _, s in samples[lo : lo + batch_size]),
+            tuple(init_seeds[lo : lo + batch_size]) if init_seeds is not None else None,
         )
         for lo in range(0, len(samples), batch_size)
     ]

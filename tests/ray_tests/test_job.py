@@ -145,6 +145,46 @@ def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp
     assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
 
 
+def _group_noise(cfg):
+    import dataclasses
+
+    return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, group_init_noise=True))
+
+
+def test_groups_sharing_their_initial_noise_run_as_the_reference_loop(local_ray, tmp_path):
+    """``sampler.group_init_noise``: the work items carry each group's init seed, so the Ray
+    job samples, scores and trains what the reference loop does."""
+    from spotlight.job.run import run_ray
+
+    cfg = _group_noise(smoke(iterations=2))
+    run_ray(cfg, tmp_path, opts=ray_options())
+    rows = _rows(tmp_path)
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
+        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+        assert got["group_reward_std_mean"] == pytest.approx(
+            want["group_reward_std_mean"], abs=1e-6
+        )
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():
+        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+
+
+def test_exploration_picks_seeds_when_groups_share_their_initial_noise(local_ray, tmp_path):
+    """The candidates of a prompt start from its group's noise, so the selected seeds are
+    what the group trains on (critical path: the same weights, the selected samples reused)."""
+    from spotlight.config import ExplorationConfig
+    from spotlight.job.run import run_ray
+
+    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
+    run_ray(_group_noise(smoke(iterations=1, exploration=explore)), tmp_path, opts=ray_options())
+    (row,) = _rows(tmp_path)
+    assert row["explore_prompts"] == 2 and row["seeds_explored"] == 16
+    assert row["explored_selected_group_std"] >= row["explored_random_group_std"] - 1e-12
+    assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
+
+
 def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
     local_ray, tmp_path_factory, tmp_path
 ):

@@ -43,6 +43,13 @@ def test_work_items_cover_the_plan_in_batches_on_the_exploration_weights():
     assert exp.all_item_ids() == [i.item_id for i in items]
 
 
+def test_candidates_start_from_their_groups_noise_when_groups_share_it():
+    exp = Exploration(7, 3, ["a", "b", "c"], {"a": 3, "c": 2}, budget=5, init_seeds=[11, 22, 33])
+    items = exp.work_items(cfg_seed=0, batch_size=2)
+    assert [i.init_seeds for i in items] == [(11, 11), (11,), (33, 33)]
+    assert all(i.init_seeds is None for i in _exp().work_items(0, 2))
+
+
 def _finished(exp: Exploration, rewards: dict[str, list[float]], batch: int, skip=()):
     items = exp.work_items(0, batch)
     out, left = {}, {p: list(r) for p, r in rewards.items()}

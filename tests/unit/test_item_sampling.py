@@ -2,6 +2,7 @@
 the trainer's GPUs: commits every ``commit_every`` steps but never at the end, an early stop,
 a resume from the committed state equal to an uninterrupted item, and what a result carries."""
 
+import pytest
 import torch
 
 from spotlight.flow.item_sampling import checkpoint, item_result, run_item, start_item
@@ -90,3 +91,16 @@ def test_a_result_carries_trajectories_except_for_validation_which_carries_image
     val = WorkItem("v0", Kind.VAL, 3, 2, item.prompts, item.seeds)
     scored = item_result(val, trajs, [0.0, 1.0], **common)
     assert scored.trajectories == [] and scored.images == "imgs"
+
+
+def test_an_item_with_init_seeds_starts_as_the_sampler_does_with_them(small_policy):
+    item = WorkItem("g0", Kind.ROLLOUT, 0, 2, ("a cat",) * 3, (5, 9, 4), init_seeds=(77,) * 3)
+    trajs = start_item(item, small_policy.latent_shape, CFG)
+    assert all(t.init_seed == 77 for t in trajs)
+    assert torch.equal(trajs[0].latents, trajs[1].latents)  # one group, one initial noise
+    with torch.no_grad():
+        trajs, _ = run_item(trajs, _stepper(small_policy, item))
+    whole = sample(small_policy, list(item.prompts), list(item.seeds), CFG, 2, init_seeds=[77] * 3)
+    assert all(same(a, b) for a, b in zip(trajs, whole, strict=True))
+    with pytest.raises(ValueError, match="2 init seeds for 3 seeds"):
+        WorkItem("g1", Kind.ROLLOUT, 0, 2, ("a",) * 3, (1, 2, 3), init_seeds=(7, 7))

@@ -46,7 +46,26 @@ def test_plans_and_assembly_refuse_what_does_not_fit():
 
 def test_chunks_cut_samples_into_items_in_order():
     samples = [("a", 1), ("a", 2), ("b", 3), ("b", 4), ("c", 5)]
-    assert chunks(samples, 2) == [(("a", "a"), (1, 2)), (("b", "b"), (3, 4)), (("c",), (5,))]
+    assert chunks(samples, 2) == [
+        (("a", "a"), (1, 2), None), (("b", "b"), (3, 4), None), (("c",), (5,), None),
+    ]  # fmt: skip
     assert chunks([], 4) == []
     with pytest.raises(ValueError, match="batch_size"):
         chunks(samples, 0)
+    init = [10, 10, 20, 20, 30]
+    assert [c[2] for c in chunks(samples, 2, init)] == [(10, 10), (20, 20), (30,)]
+    with pytest.raises(ValueError, match="4 init seeds for 5"):
+        chunks(samples, 2, init[:4])
+
+
+def test_groups_sharing_their_noise_keep_their_init_seed_through_the_plan():
+    init = [100] * 3 + [200] * 3 + [300] * 3  # as iteration_batch gives them: one per group
+    plan = plan_rollout(
+        PROMPTS, SEEDS, 3, chosen={"b": [40, 50, 60]}, reused={"a"}, init_seeds=init
+    )
+    assert plan.init_seeds == (100, 200, 300)
+    assert plan.to_sample == [("b", 40), ("b", 50), ("b", 60), ("c", 7), ("c", 8), ("c", 9)]
+    assert plan.to_sample_init == [200, 200, 200, 300, 300, 300]  # "a" reused: not sampled
+    assert plan_rollout(PROMPTS, SEEDS, 3).to_sample_init is None
+    with pytest.raises(ValueError, match="8 init seeds for 9"):
+        plan_rollout(PROMPTS, SEEDS, 3, init_seeds=init[:8])

@@ -204,12 +204,3 @@ def test_flow_grpo_trains_only_window_steps(small_policy, monkeypatch):
     trajs[1].sampler = CFG
     with pytest.raises(ValueError, match=r"trajectories \[1\] were sampled with other steps"):
         grpo_update(small_policy, opt, trajs, torch.zeros(4), cfg, seed=0)
-
-
-def test_the_ray_runner_refuses_shared_init_noise_before_ray_starts(tmp_path):
-    from spotlight.job.run import run_ray
-
-    cfg = dataclasses.replace(FAST, sampler=dataclasses.replace(CFG, group_init_noise=True))
-    with pytest.raises(ValueError, match="group_init_noise is not supported by the Ray runner"):
-        run_ray(cfg, tmp_path / "r")
-    assert not (tmp_path / "r").exists()

@@ -196,6 +196,42 @@ def test_a_preemption_with_notice_loses_no_work_and_without_one_loses_steps_sinc
     assert no_commits.work_redone_gpu_s == pytest.approx(3.0)
 
 
+def test_a_preempted_node_takes_all_its_sp_groups_with_one_notice():
+    # One spot node of 8 GPUs = two SP-4 groups, each with an item; the node goes at 5 s with
+    # a notice: both items are committed and handed back at once, and the fallback finishes them
+    trace = CapacityTrace("drop", (0.0, 5.0), (3, 0), 100.0)  # the trace's unit: nodes
+    sc = _hand_scenario(
+        sampler_gpus=8,
+        gpus_per_node=8,
+        sp_degree=4,
+        valid_degrees=(1, 2, 4),
+        sp_efficiency={4: 1.0},
+        fallback_gpus=4,
+        prompts_per_iteration=2,
+        num_steps=4,
+        commit_every=0,
+        overheads=Overheads(
+            weights_broadcast_s=2.0,
+            replica_start_s=0.0,
+            spill_wait_s=1.0,
+            notice_s=2.0,
+            hard_share=0.0,
+        ),
+        max_hours=0.01,
+    )
+    sim = Simulation(sc, SYSTEMS["spot_grpo"], trace, learning=LearningModel(baseline_iterations=1))
+    r = sim.run()
+    assert r.preemptions == 1 and r.notices == 1  # one node, not eight GPUs
+    assert sim.queue.stats()["items_resumed"] == 2  # both groups' items, from their commits
+    assert r.work_redone_gpu_s == 0.0
+    # the spot GPUs are held from 0 s until the node goes at 5 s: 8 GPUs x 5 s
+    assert r.ledger.held_s["spot"] == pytest.approx(8 * 5.0)
+    with pytest.raises(ValueError, match="whole nodes"):
+        _hand_scenario(sampler_gpus=12, gpus_per_node=8)
+    with pytest.raises(ValueError, match="SP group of 4"):
+        _hand_scenario(sampler_gpus=8, gpus_per_node=2, sp_degree=4)
+
+
 def test_paper_scenarios_are_well_formed():
     for name in ("paper-512", "paper-1280"):
         sc = SCENARIOS[name]
@@ -207,7 +243,6 @@ def test_paper_scenarios_are_well_formed():
         "spot_grpo",
         "spotlight",
         "ablation_uniform_planner",
-        "ablation_sp_restart",
         "ablation_push",
         "colocated",
         "colocated_same_total",
@@ -478,6 +513,23 @@ def test_trace_windows_run_spot_systems_from_several_starts_and_report_the_media
         simulate("small", None, tmp_path / "x", systems=names, trace_windows=0)
 
 
+def test_ablations_run_on_spotlights_median_window_unless_asked_for_every_window(tmp_path):
+    from spotlight.sim.sim_report import simulate
+
+    names = ["spotlight", "spot_grpo", "ablation_push"]
+    median = simulate("small", None, tmp_path / "m", systems=names, trace_windows=3)
+    every = simulate(
+        "small", None, tmp_path / "a", systems=names, trace_windows=3, ablation_windows="all"
+    )
+    assert set(median["trace_windows"]["by_system"]) == {"spotlight", "spot_grpo"}
+    assert set(every["trace_windows"]["by_system"]) == set(names)
+    # the median window's ablation is the same run either way, and so is everything else
+    assert median["systems"] == every["systems"] and median["ratios"] == every["ratios"]
+    assert list(median["systems"]) == names  # in the order asked
+    with pytest.raises(ValueError, match="ablation_windows"):
+        simulate("small", None, tmp_path / "x", systems=names, ablation_windows="some")
+
+
 def test_an_exploration_budget_below_the_candidates_makes_the_planner_choose():
     sc = dataclasses.replace(SMALL, max_hours=1.0)
     trace = load_trace(SMALL.trace)
@@ -522,7 +574,6 @@ def test_skipped_pulls_and_held_back_items_change_no_result(monkeypatch, hard_sh
         "spot_grpo",
         "spotlight",
         "ablation_no_trainer_samples",
-        "ablation_sp_restart",
     ]
 
     def runs():
