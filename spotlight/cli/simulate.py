@@ -95,7 +95,11 @@ def _learning_model(args: argparse.Namespace, k: float | None):
 def _scenario(args: argparse.Namespace):
     """--scenario's name, or the scenario with --explore-candidates / --explore-budget /
     --gpus-per-node."""
-    if args.explore_candidates is None and args.explore_budget is None and not args.gpus_per_node:
+    if (
+        args.explore_candidates is None
+        and args.explore_budget is None
+        and args.gpus_per_node is None
+    ):
         return args.scenario
     from spotlight.sim.sim_model import SCENARIOS
 

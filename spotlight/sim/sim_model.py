@@ -7,8 +7,9 @@ report repeats the distinction.
   on one H200, measured with CUDA events; shipped in ``spotlight/assets/calib``).
 * Scenario sizes (GPU counts, prompts per iteration, group size) are choices, stated per
   scenario.
-* Overheads (weights broadcast, replica start, SP regroup and restart, notices, leases) are
-  modelled from the measurements named on each field.
+* Overheads (weights broadcast, replica start, notices, leases) are modelled from the
+  measurements named on each field. Spot capacity comes and goes in whole nodes
+  (``Scenario.gpus_per_node``).
 * Learning: how fast validation reward approaches the target is modelled from the tiny-model
   measurements described in :class:`LearningModel`.
 """
@@ -126,6 +127,8 @@ class Scenario:
     """Override the calibration file (tests use round numbers)."""
 
     def __post_init__(self) -> None:
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise ValueError(f"scenario {self.name}: gpus_per_node must be >= 1")
         if self.node_gpus < self.sp_degree or self.sampler_gpus % self.node_gpus:
             raise ValueError(
                 f"scenario {self.name}: {self.sampler_gpus} sampler GPUs in nodes of"

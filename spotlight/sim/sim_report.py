@@ -65,7 +65,8 @@ MEASURED_VS_MODELLED = [
         "progress per iteration = (rollout group reward std / plain GRPO's) ** k"
         " (LearningModel.contrast_exponent, fitted from exploration runs: docs/simulator.md)",
     ),
-    ("modelled", "overheads: weights broadcast, replica start, SP regroup / restart, notices"),
+    ("modelled", "overheads: weights broadcast, replica start, notices, leases"),
+    ("chosen", "spot capacity in whole nodes of Scenario.gpus_per_node GPUs (8: p5/p4d)"),
     ("modelled", "SP efficiency by degree (1280x1280); preemption notice share"),
     (
         "modelled",

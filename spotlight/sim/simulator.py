@@ -356,11 +356,13 @@ class Simulation:
 
     def _on_notice(self, gone_at: float) -> None:
         node = self._victim()
-        if node is not None:
-            self._take_out(node, notice=True)
-            node.leaving = True
-            self.notices += 1
-            self._push(gone_at, "gone", node.nid)
+        if node is None:  # the node that goes is not up yet: it goes without a usable notice
+            self._push(gone_at, "kill")
+            return
+        self._take_out(node, notice=True)
+        node.leaving = True
+        self.notices += 1
+        self._push(gone_at, "gone", node.nid)
 
     def _on_kill(self) -> None:
         node = self._victim()

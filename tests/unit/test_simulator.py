@@ -232,6 +232,19 @@ def test_a_preempted_node_takes_all_its_sp_groups_with_one_notice():
         _hand_scenario(sampler_gpus=8, gpus_per_node=2, sp_degree=4)
 
 
+def test_a_node_that_goes_before_its_notice_could_reach_it_goes_without_one():
+    # Node A is up from 0 to 200 s, node B from 300 to 350 s, with 120 s notices. B's notice is
+    # due at 230 s, when A is gone and B not yet up: B goes at 350 s without a usable notice.
+    trace = CapacityTrace("gap", (0.0, 200.0, 300.0, 350.0), (1, 0, 1, 0), 400.0)
+    sc = _hand_scenario(
+        overheads=Overheads(replica_start_s=0.0, notice_s=120.0, hard_share=0.0), max_hours=1.0
+    )
+    sim = Simulation(sc, SYSTEMS["spot_grpo"], trace, learning=LearningModel(baseline_iterations=1))
+    sim._idle_until(360.0)
+    assert sim.spot_capacity == 0 and not sim.nodes  # both nodes gone
+    assert sim.preemptions == 2 and sim.notices == 1
+
+
 def test_paper_scenarios_are_well_formed():
     for name in ("paper-512", "paper-1280"):
         sc = SCENARIOS[name]
