@@ -77,8 +77,6 @@ class _Group:
     start_step: int = 0
     step_s: float = 0.0
     version: int = -1
-    leaving: bool = False
-    """Got a notice: takes no more work."""
     queue: list[WorkItem] = field(default_factory=list)
     """Push dispatch: the items assigned to this group."""
     trainer: bool = False
@@ -430,11 +428,11 @@ class Simulation:
         if not push and not any(self._takeable_now()):
             # no pull can take anything: only the spot workers' sign of life (see _pull)
             for g in idle:
-                if g.ready_at <= self.t and not g.leaving and (g.trainer or g.pool == Pool.SPOT):
+                if g.ready_at <= self.t and (g.trainer or g.pool == Pool.SPOT):
                     self._spot_poll = (g.gid, self.t)
             return
         for g in idle:
-            if g.item is not None or g.ready_at > self.t or g.leaving:
+            if g.item is not None or g.ready_at > self.t:
                 continue
             if push:
                 if not g.queue:
@@ -692,7 +690,7 @@ class Simulation:
         return sum(
             sc.batch_size / (sc.num_steps * self._step_s(g))
             for g in self.groups.values()
-            if not g.trainer and not g.leaving and g.ready_at <= self.t
+            if not g.trainer and g.ready_at <= self.t
         )
 
     def _trainer_joins(self) -> list[int]:
