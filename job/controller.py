@@ -46,8 +46,10 @@ from spotlight.training.loop import (
 from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
 from spotlight.training.run_folder import (
     CKPT_DIR,
+    OLD_POLICY_FILE,
     atomic,
     read_checkpoint_state,
+    read_old_policy,
     sha256,
     write_json,
 )
@@ -419,9 +421,15 @@ class Controller:
 
     def save_checkpoint(self, done: int, version: int) -> None:
         """The commit of ``done`` iterations: weights ``version`` (verified), the optimizer,
-        the ledger, the next iteration's explored seeds and the counters."""
+        the ledger, the next iteration's explored seeds and the counters.
+
+        With ``grpo.nft_old_ema`` the published weights are the old (sampling) policy's; the
+        trainer posted the trained weights and the old policy with the optimizer state
+        (``spotlight.flow.old_policy.pack_parts``): ``policy.safetensors`` gets the trained
+        weights and ``OLD_POLICY_FILE`` the old policy, as the reference loop writes them."""
         import ray
 
+        from spotlight.flow.old_policy import unpack_parts
         from spotlight.flow.weights import unpack_state
 
         ckpt = self.out_dir / CKPT_DIR
@@ -429,21 +437,25 @@ class Controller:
         header, (ref,) = ray.get(self.actors.broadcast.get.remote(version))
         data = ray.get(ref)
         unpack_state(data, header)  # verify before it becomes the run's checkpoint
+        opt, old = self._pending_optimizer, None
+        parts = unpack_parts(opt)
+        if parts is not None:  # nft_old_ema: the trained weights came with the optimizer
+            data, opt, old = parts["policy"], parts["optimizer"], parts["old_policy"]
         atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
-        opt = self._pending_optimizer
         atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
-        write_json(
-            ckpt / "state.json",
-            {
-                "iterations_done": done,
-                "weights_version": version,
-                "recipe": self.cfg.recipe,
-                "policy_sha256": sha256(ckpt / "policy.safetensors"),
-                "ledger": self.ledger.to_dict(),
-                "next_selection": self._selection_state(),
-                "counters": self.fault_counters(),
-            },
-        )
+        state = {
+            "iterations_done": done,
+            "weights_version": version,
+            "recipe": self.cfg.recipe,
+            "policy_sha256": sha256(ckpt / "policy.safetensors"),
+            "ledger": self.ledger.to_dict(),
+            "next_selection": self._selection_state(),
+            "counters": self.fault_counters(),
+        }
+        if old is not None:
+            atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(old))
+            state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+        write_json(ckpt / "state.json", state)
 
     def _selection_state(self) -> dict[str, Any] | None:
         """The next iteration's explored seeds: a resumed driver rolls out the same ones."""
@@ -459,7 +471,9 @@ class Controller:
             "metrics": self.next_explore_metrics,
         }
 
-    def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, bytes]]:
+    def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, ...]]:
+        """(iterations done, weights version, the trainer's start: the trained weights and
+        the optimizer state, and with ``grpo.nft_old_ema`` the old policy's bytes)."""
         state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
         ckpt = self.out_dir / CKPT_DIR
         nxt = state.get("next_selection")
@@ -482,6 +496,14 @@ class Controller:
             self.queue.restarts = c.get("queue_restarts", 0)
             self._counter_base = {k: v for k, v in c.items() if k in QUEUE_COUNTERS}
         initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
+        old = read_old_policy(self.out_dir, state)
+        if (old is not None) != self.cfg.grpo.nft_old_ema:
+            raise ValueError(
+                f"--resume {self.out_dir}: the checkpoint holds {'an' if old else 'no'} old"
+                f" policy but the run has grpo.nft_old_ema {self.cfg.grpo.nft_old_ema}"
+            )
+        if old is not None:
+            initial = (*initial, old)
         return state["iterations_done"], state["weights_version"], initial
 
     def stop_trainer(self, next_it: int) -> None:

@@ -119,10 +119,11 @@ def start_trainer(
     run_id: str,
     start: int,
     version: int,
-    initial: tuple[bytes, bytes] | None,
+    initial: tuple[bytes, ...] | None,
 ) -> TrainerRun:
     """Fit a ``TorchTrainer`` of :func:`spotlight.job.trainer.train_loop` on a thread, from
-    iteration ``start`` and weights ``version`` (``initial``: the run's checkpoint bytes)."""
+    iteration ``start`` and weights ``version`` (``initial``: the run's checkpoint bytes,
+    trained weights and optimizer state, and the old policy with ``grpo.nft_old_ema``)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer

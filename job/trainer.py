@@ -16,6 +16,14 @@ Before the first iteration, rank 0 publishes the weights it starts from, so samp
 controller agree on version numbers from the start. A run that ends before ``num_iterations``
 (it reached its target, or its wall cap) posts ``protocol.STOP_BATCH`` as the next batch, which
 ends every worker's loop.
+
+With ``grpo.nft_old_ema`` (DiffusionNFT's EMA sampling policy, :mod:`spotlight.flow.old_policy`)
+every rank keeps the same old copy of the trainable parameters (the same EMA step on the same
+data-parallel weights), takes ``v_old`` from it and steps it after each update. The weights
+published for the samplers (and sampled by ``trainer_samples``) are the old policy's; the
+trained ones travel with the optimizer state: rank 0 posts the optimizer state, the trained
+weights and the old policy as one blob (:func:`spotlight.flow.old_policy.pack_parts`), which the
+controller unpacks into its checkpoint, and its Ray Train checkpoint holds all three.
 """
 
 from __future__ import annotations
@@ -78,9 +86,9 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.actors.handles import get_actors
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.config import Config
+    from spotlight.flow.old_policy import OldPolicy, sampling_bytes
     from spotlight.flow.sampler import Trajectory
     from spotlight.flow.update import grpo_update, training_state
-    from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
     from spotlight.policies import make_policy
 
@@ -92,11 +100,12 @@ def train_loop(config: dict[str, Any]) -> None:
     actors = get_actors()
     policy = make_policy(cfg.policy, config["device"])
     optimizer, ref_policy = training_state(policy, cfg.grpo)
-    start, version = _restore(config, policy, optimizer)
+    old = OldPolicy.for_config(cfg.grpo, policy)
+    start, version = _restore(config, policy, optimizer, old)
     if rank == 0:
-        publish_weights(actors.broadcast, version, start, policy_bytes(policy))
+        publish_weights(actors.broadcast, version, start, sampling_bytes(policy, old))
     sync = _allreduce_mean if world > 1 else None
-    sampler = _trainer_sampler(config, policy, cfg, rank)
+    sampler = _trainer_sampler(config, policy, cfg, rank, old)
     last_post = None
     for it in range(start, cfg.num_iterations):
         timeout = config["batch_timeout_s"]
@@ -118,7 +127,10 @@ def train_loop(config: dict[str, Any]) -> None:
             ref_policy=ref_policy,
             shard=(rank, world),
             grad_sync=sync,
+            old_policy=old,
         )
+        if old is not None:  # every rank: the same step on the same weights
+            stats["nft_old_decay"] = old.step(policy, int(stats["num_optimizer_steps"]), cfg.grpo)
         if world > 1:
             dist.barrier()
         version += 1
@@ -129,16 +141,20 @@ def train_loop(config: dict[str, Any]) -> None:
             **stats,
         }
         if rank == 0:
-            last_post = _publish(actors, policy, optimizer, it, version, metrics, world)
+            last_post = _publish(actors, policy, optimizer, it, version, metrics, world, old)
         else:
             ray.train.report(metrics)
 
 
-def _restore(config: dict[str, Any], policy, optimizer) -> tuple[int, int]:
+def _restore(config: dict[str, Any], policy, optimizer, old=None) -> tuple[int, int]:
     """Where the worker starts: Ray Train's own checkpoint after a worker failure, else the
     run's checkpoint (a resumed driver), else the recipe's weights. Returns (iterations done,
-    weights version); the policy and optimizer hold that state."""
+    weights version); the policy, optimizer and old policy (``grpo.nft_old_ema``; None
+    without) hold that state."""
     import ray.train
+
+    from spotlight.flow.old_policy import load_old_policy
+    from spotlight.training.run_folder import OLD_POLICY_FILE
 
     start, version = config["start"], config["start_version"]
     resumed = ray.train.get_checkpoint()
@@ -147,20 +163,26 @@ def _restore(config: dict[str, Any], policy, optimizer) -> tuple[int, int]:
             state = json.loads((Path(d) / "state.json").read_text())
             start_bytes = (Path(d) / "policy.safetensors").read_bytes()
             opt_bytes = (Path(d) / "optimizer.pt").read_bytes()
+            old_file = Path(d) / OLD_POLICY_FILE
+            old_bytes = old_file.read_bytes() if old_file.exists() else None
         start, version = state["iterations_done"], state["weights_version"]
     elif config["initial"] is not None:  # a resumed run: the controller's checkpoint
-        start_bytes, opt_bytes = ray.get(config["initial"][0])
+        # (policy, optimizer) or, with an old policy, (policy, optimizer, old policy)
+        start_bytes, opt_bytes, *rest = ray.get(config["initial"][0])
+        old_bytes = rest[0] if rest else None
     else:
         return start, version
     from safetensors.torch import load
 
     policy.load_state_dict(load(start_bytes))
     load_optimizer_bytes(optimizer, opt_bytes)
+    load_old_policy(old, old_bytes, "trainer restore")
     return start, version
 
 
-def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int):
-    """With ``trainer_samples``, the sampler that draws rollout items while the worker waits."""
+def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int, old=None):
+    """With ``trainer_samples``, the sampler that draws rollout items while the worker waits
+    (with the old policy's weights swapped in, when there is one: the published ones)."""
     if not config.get("trainer_samples"):
         return None
     from spotlight.job.trainer_sampling import TrainerSampler
@@ -172,26 +194,40 @@ def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int):
         config.get("sampler_threads", 1),
         config["threads"],
         config.get("commit_every", 0),
+        old_policy=old,
     )
 
 
-def _publish(actors, policy, optimizer, it: int, version: int, metrics: dict, world: int):
-    """Rank 0 after the update of ``it``: publish weights ``version``, post the update for the
-    controller (protocol), report a Ray Train checkpoint. Returns the protocol's last post."""
+def _publish(actors, policy, optimizer, it: int, version: int, metrics: dict, world: int, old=None):
+    """Rank 0 after the update of ``it``: publish weights ``version`` (the old policy's, with
+    one), post the update for the controller (protocol), report a Ray Train checkpoint. Returns
+    the protocol's last post.
+
+    The update's ``optimizer`` is the optimizer state's bytes, or with an old policy
+    :func:`~spotlight.flow.old_policy.pack_parts` of ``optimizer``, ``policy`` (the trained
+    weights) and ``old_policy``: the controller's checkpoint needs all three."""
     import ray.train
 
     from spotlight.actors.weight_broadcast import publish_weights
+    from spotlight.flow.old_policy import pack_parts, sampling_bytes
     from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
+    from spotlight.training.run_folder import OLD_POLICY_FILE
 
     weights = policy_bytes(policy)
     opt = optimizer_bytes(optimizer)
-    publish_weights(actors.broadcast, version, it + 1, weights)
-    update = {**metrics, "world_size": world, "optimizer": [ray.put(opt)]}
+    publish_weights(actors.broadcast, version, it + 1, sampling_bytes(policy, old))
+    posted = opt
+    if old is not None:
+        old_bytes = old.to_bytes()
+        posted = pack_parts({"optimizer": opt, "policy": weights, "old_policy": old_bytes})
+    update = {**metrics, "world_size": world, "optimizer": [ray.put(posted)]}
     last_post = protocol.post_update(actors.queue, it, update)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "policy.safetensors").write_bytes(weights)
         (Path(d) / "optimizer.pt").write_bytes(opt)
+        if old is not None:
+            (Path(d) / OLD_POLICY_FILE).write_bytes(old_bytes)
         state = {"iterations_done": it + 1, "weights_version": version}
         (Path(d) / "state.json").write_text(json.dumps(state))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))

@@ -18,6 +18,7 @@ thread count, so a sample's bits do not depend on who drew it (the seed contract
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,9 @@ class TrainerSampler:
     commit_every: int
     reward: Any = None
     """The reward deployment's handle (looked up on first use)."""
+    old_policy: Any = None
+    """DiffusionNFT's EMA sampling policy (``grpo.nft_old_ema``): its weights are the
+    published ones, so items are sampled with them swapped in; None: the policy's own."""
     items: int = 0
     samples: int = 0
     busy_s: float = 0.0
@@ -94,10 +98,11 @@ class TrainerSampler:
 
         t0 = time.perf_counter()
         torch.set_num_threads(self.threads)
+        weights = nullcontext() if self.old_policy is None else self.old_policy.applied(self.policy)
         try:
             trajs = start_item(item, self.policy.latent_shape, self.sampler)
             start_step = trajs[0].step
-            with torch.no_grad():
+            with torch.no_grad(), weights:
                 cond = self.policy.encode_prompts(list(item.prompts))
 
                 def step(trajs):

@@ -124,7 +124,8 @@ class GRPOConfig:
     'nft': DiffusionNFT, flow matching of the final samples by implicit positive and negative
     policies around the sampling policy's velocity (spotlight.flow.grpo.diffusion_nft_loss; no
     log-probs or step states either; one extra no-grad forward per sample and draw for the
-    sampling policy's velocity, except in the update's first chunk)."""
+    sampling policy's velocity, except in the update's first chunk while the sampling policy is
+    the trained one; see ``nft_old_ema``)."""
     shuffle_advantages: bool = False
     """Control runs only: permute the advantages at random across each batch (seeded), so an
     update keeps its size and noise but carries no signal; a learning result must beat it."""
@@ -136,6 +137,23 @@ class GRPOConfig:
     nft_draws: int = 4
     """'nft': noise draws ``(t, eps)`` per sample and update, shared within a prompt's group
     (as for 'awm')."""
+    nft_old_ema: bool = False
+    """'nft': the sampling ("old") policy is an EMA of the trained one, as in DiffusionNFT
+    (NVlabs/DiffusionNFT, scripts/train_nft_sd3.py): rollouts and validation sample with it,
+    ``v_old`` in the loss is its velocity, and after each iteration's update
+    ``old = decay * old + (1 - decay) * current`` with the decay of the ``nft_old_ema_*``
+    schedule at the optimizer steps taken so far (spotlight.flow.old_policy). It keeps a copy of
+    the trainable parameters (the LoRA adapters, for LoRA), checkpointed beside the policy.
+    False: the old policy is the weights each update starts with (decay 0 at every step)."""
+    nft_old_ema_hold_steps: int = 75
+    """'nft' with ``nft_old_ema``: optimizer steps during which the decay stays 0 (the old
+    policy follows the trained one exactly). The default is DiffusionNFT's ``decay_type`` 2
+    (its OCR config; GenEval and PickScore use type 1: hold 0, rate 0.001, max 0.5)."""
+    nft_old_ema_rate: float = 0.0075
+    """'nft' with ``nft_old_ema``: after the hold, the decay at optimizer step ``s`` is
+    ``(s - nft_old_ema_hold_steps) * nft_old_ema_rate``, capped at ``nft_old_ema_max``."""
+    nft_old_ema_max: float = 0.999
+    """'nft' with ``nft_old_ema``: the decay's cap, in [0, 1) (1 would freeze the old policy)."""
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -160,6 +178,21 @@ class GRPOConfig:
             raise ValueError(f"grpo.nft_beta must be in (0, 1], got {self.nft_beta}")
         if self.nft_draws < 1:
             raise ValueError(f"grpo.nft_draws must be >= 1, got {self.nft_draws}")
+        if self.nft_old_ema and self.loss != "nft":
+            raise ValueError(
+                f"grpo.nft_old_ema needs grpo.loss 'nft' (DiffusionNFT's EMA sampling policy),"
+                f" got loss {self.loss!r}"
+            )
+        if self.nft_old_ema_hold_steps < 0 or self.nft_old_ema_rate < 0:
+            raise ValueError(
+                "grpo.nft_old_ema_hold_steps and grpo.nft_old_ema_rate must be >= 0, got"
+                f" {self.nft_old_ema_hold_steps} and {self.nft_old_ema_rate}"
+            )
+        if not 0.0 <= self.nft_old_ema_max < 1.0:
+            raise ValueError(
+                f"grpo.nft_old_ema_max must be in [0, 1) (1 would freeze the old policy), got"
+                f" {self.nft_old_ema_max}"
+            )
 
 
 @dataclass(frozen=True)

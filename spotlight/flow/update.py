@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict
 
 import torch
@@ -18,6 +19,7 @@ from spotlight.flow.grpo import (
     grpo_loss,
     nft_optimality,
 )
+from spotlight.flow.old_policy import OldPolicy
 from spotlight.flow.sampler import Trajectory, step_log_prob
 from spotlight.flow.sde import step_params, time_grid
 from spotlight.policies.base import Policy
@@ -62,6 +64,7 @@ def grpo_update(
     ref_policy: Policy | None = None,
     shard: tuple[int, int] = (0, 1),
     grad_sync: Callable[[list[torch.nn.Parameter]], None] | None = None,
+    old_policy: OldPolicy | None = None,
 ) -> dict[str, float]:
     """Replay the trajectories under the current weights and take GRPO optimizer steps.
 
@@ -74,18 +77,20 @@ def grpo_update(
     log-prob) and uses their log-probs, at the window's noise level; ``'awm'`` uses only the final
     samples, noised ``cfg.awm_draws`` times with ``(t, eps)`` shared by a prompt's group
     (:func:`awm_noise`); ``'nft'`` (DiffusionNFT) likewise, ``cfg.nft_draws`` times, against
-    ``v_old``, the velocity of the weights this call started with. ``v_old`` of the first chunk
-    of the first epoch is its own forward's output (no optimizer step has happened yet); that of
-    every later chunk and epoch is computed up front, before the first optimizer step, with one
-    no-grad forward per sample and draw (:func:`_nft_old_velocities`), and kept until its chunk
-    trains (one latent-sized tensor per sample and draw).
+    ``v_old``, the velocity of the sampling policy: ``old_policy``'s parameters
+    (``grpo.nft_old_ema``), else the weights this call started with. ``v_old`` of every chunk
+    and epoch is computed up front, before the first optimizer step, with one no-grad forward
+    per sample and draw (:func:`_nft_old_velocities`, with the old parameters swapped in), and
+    kept until its chunk trains (one latent-sized tensor per sample and draw); except that of
+    the first chunk of the first epoch while the sampling policy is the starting weights (no
+    ``old_policy``, or one equal to the policy bit for bit): that is its own forward's output.
 
     Data parallel: with ``shard=(rank, world)`` this process replays only ``chunk[rank::world]``
     of each chunk, and ``grad_sync`` (e.g. an all-reduce mean) runs on the gradients before
     each optimizer step; with equal slices that is the full chunk's gradient. Every rank draws
     the same chunks (same seed), so the slices partition the batch.
     """
-    _check_inputs(trajectories, advantages, cfg, shard, ref_policy)
+    _check_inputs(trajectories, advantages, cfg, shard, ref_policy, old_policy)
     sampler = trajectories[0].sampler
     steps = train_step_indices(
         sampler.num_steps, cfg.timestep_fraction, seed, window=sampler.sde_window
@@ -94,7 +99,9 @@ def grpo_update(
     params = [step_params(grid, j, sampler.sde_eta) for j in steps]
     plan = _chunk_plan(len(trajectories), cfg, seed, shard)
     old_velocities = (
-        _nft_old_velocities(policy, trajectories, plan, seed, cfg) if cfg.loss == "nft" else {}
+        _nft_old_velocities(policy, trajectories, plan, seed, cfg, old_policy)
+        if cfg.loss == "nft"
+        else {}
     )
     history: list[LossStats] = []
     grad_norms: list[float] = []
@@ -118,7 +125,7 @@ def grpo_update(
     return out
 
 
-def _check_inputs(trajectories, advantages, cfg: GRPOConfig, shard, ref_policy) -> None:
+def _check_inputs(trajectories, advantages, cfg: GRPOConfig, shard, ref_policy, old) -> None:
     rank, world = shard
     if not 0 <= rank < world:
         raise ValueError(f"shard {shard}: need 0 <= rank < world")
@@ -136,6 +143,8 @@ def _check_inputs(trajectories, advantages, cfg: GRPOConfig, shard, ref_policy) 
         raise ValueError("kl_beta > 0 needs a reference policy")
     if cfg.loss not in ("flow_grpo", "awm", "nft"):
         raise ValueError(f"unknown grpo.loss {cfg.loss!r}")
+    if old is not None and cfg.loss != "nft":
+        raise ValueError(f"an old policy is DiffusionNFT's (loss 'nft'), not {cfg.loss!r}'s")
     if cfg.loss == "flow_grpo":
         _check_same_steps(trajectories)
 
@@ -253,14 +262,19 @@ def _awm_loss(policy, ref_policy, chunk, adv, key, cfg):
     )
 
 
-def _nft_old_velocities(policy, trajectories, plan, seed, cfg):
-    """``v_old`` of every chunk but the first, at every draw: ``{(chunk, draw): velocity}``
-    under the current weights (call it before any optimizer step). Each is computed on the
-    same rows as its chunk's training forward, so it is what that forward would give at these
-    weights. The first chunk needs none: it trains before the first optimizer step."""
+def _nft_old_velocities(policy, trajectories, plan, seed, cfg, old_policy=None):
+    """``v_old`` of the chunks at every draw: ``{(chunk, draw): velocity}`` of the sampling
+    policy (call it before any optimizer step): ``old_policy``'s parameters swapped in, or the
+    current weights without one. Each is computed on the same rows as its chunk's training
+    forward, so it is what that forward would give at these weights. The first chunk needs
+    none while the sampling policy is the current weights: it trains before the first
+    optimizer step, and its own forward gives ``v_old``."""
+    first, weights = 1, nullcontext()
+    if old_policy is not None and not old_policy.matches(policy):
+        first, weights = 0, old_policy.applied(policy)
     out = {}
-    with torch.no_grad():
-        for k, (epoch, idx) in enumerate(plan[1:], start=1):
+    with torch.no_grad(), weights:
+        for k, (epoch, idx) in enumerate(plan[first:], start=first):
             chunk = [trajectories[i] for i in idx]
             if not chunk:
                 continue
@@ -275,7 +289,8 @@ def _nft_old_velocities(policy, trajectories, plan, seed, cfg):
 
 def _nft_loss(policy, ref_policy, chunk, adv, key, old_velocity, cfg):
     """DiffusionNFT loss of one chunk at one noise draw. ``old_velocity`` None: the weights are
-    still those the update started with, so ``v_old`` is this forward's own output."""
+    still those the update started with and they are the sampling policy, so ``v_old`` is this
+    forward's own output."""
     device = policy.device
     x0, t, _, x_t = _noised(chunk, key)
     x_t = x_t.to(device)

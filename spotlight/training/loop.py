@@ -9,12 +9,14 @@ It is the baseline the Ray job is measured against and the engine of the tests.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from spotlight.config import Config
 from spotlight.flow.grpo import group_advantages
+from spotlight.flow.old_policy import OldPolicy
 from spotlight.flow.sampler import sample
 from spotlight.flow.streams import (
     BATCH_STREAM,
@@ -142,7 +144,12 @@ def metrics_row(
 
 
 class ReferenceLoop:
-    """Holds the policy, optimizer and reward of a single-process run."""
+    """Holds the policy, optimizer and reward of a single-process run.
+
+    With ``grpo.nft_old_ema`` also DiffusionNFT's sampling policy (``old_policy``): rollouts
+    and validation sample with it, the update takes its ``v_old`` from it, and it follows the
+    trained weights by one EMA step after each update.
+    """
 
     def __init__(self, cfg: Config, policy: Policy, reward: Reward):
         cfg.validate()
@@ -151,7 +158,14 @@ class ReferenceLoop:
         self.reward = reward
         self.train_prompts, self.val_prompts = prompt_sets(cfg)
         self.optimizer, self.ref_policy = training_state(policy, cfg.grpo)
+        self.old_policy = OldPolicy.for_config(cfg.grpo, policy)
+        """DiffusionNFT's EMA sampling policy (``grpo.nft_old_ema``), else None: the policy
+        samples with its own weights."""
         self.weights_version = 0
+
+    def sampling_weights(self):
+        """Within: the policy holds the weights that sample (the old policy's, with one)."""
+        return nullcontext() if self.old_policy is None else self.old_policy.applied(self.policy)
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
         """Sample, score, update. Returns the iteration's metrics."""
@@ -160,9 +174,15 @@ class ReferenceLoop:
         prompts, seeds, init_seeds = iteration_batch(
             cfg, self.train_prompts, iteration, with_init_seeds=True
         )
-        trajectories = sample(
-            self.policy, prompts, seeds, cfg.sampler, self.weights_version, init_seeds=init_seeds
-        )
+        with self.sampling_weights():
+            trajectories = sample(
+                self.policy,
+                prompts,
+                seeds,
+                cfg.sampler,
+                self.weights_version,
+                init_seeds=init_seeds,
+            )
         images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
         rewards = torch.from_numpy(self.reward(images, prompts))
         advantages, group_stats = score_groups(rewards, cfg, iteration)
@@ -175,7 +195,11 @@ class ReferenceLoop:
             cfg.grpo,
             seed=update_seed(cfg, iteration),
             ref_policy=self.ref_policy,
+            old_policy=self.old_policy,
         )
+        if self.old_policy is not None:
+            steps = int(stats["num_optimizer_steps"])
+            stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, cfg.grpo)
         t2 = time.perf_counter()
         self.weights_version += 1
         return metrics_row(
@@ -183,13 +207,15 @@ class ReferenceLoop:
         )
 
     def evaluate(self) -> float:
-        """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1."""
-        scores = score_prompts(
-            self.policy,
-            self.reward,
-            self.val_prompts,
-            self.cfg.num_val_seeds,
-            self.cfg.sampler,
-            self.weights_version,
-        )
+        """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1, sampled
+        with the sampling weights (as the Ray job's replicas do)."""
+        with self.sampling_weights():
+            scores = score_prompts(
+                self.policy,
+                self.reward,
+                self.val_prompts,
+                self.cfg.num_val_seeds,
+                self.cfg.sampler,
+                self.weights_version,
+            )
         return summarize(scores)["mean_reward"]

@@ -5,7 +5,9 @@
       val_initial.json   the validation reward before training
       metrics.jsonl      one row per iteration (append-only; a resume drops rows it redoes)
       checkpoint/        policy.safetensors, optimizer.pt, ..., state.json (written last: the
-                         commit, with the weights' sha256)
+                         commit, with the weights' sha256); with grpo.nft_old_ema also
+                         nft_old_policy.safetensors (the EMA sampling policy, its sha256 in
+                         state.json too)
       summary.json       written at the end
 ```
 
@@ -27,6 +29,10 @@ CKPT_DIR = "checkpoint"
 INITIAL_VAL = "val_initial.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+OLD_POLICY_FILE = "nft_old_policy.safetensors"
+"""In ``checkpoint/`` with ``grpo.nft_old_ema``: DiffusionNFT's EMA sampling policy
+(``spotlight.flow.old_policy.OldPolicy.to_bytes``); ``policy.safetensors`` holds the trained
+weights."""
 
 
 def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
@@ -104,7 +110,20 @@ def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
         )
     if sha256(ckpt / "policy.safetensors") != state["policy_sha256"]:
         raise ValueError(f"--resume {out_dir}: policy.safetensors does not match its checksum")
+    if "old_policy_sha256" in state and (
+        not (ckpt / OLD_POLICY_FILE).exists()
+        or sha256(ckpt / OLD_POLICY_FILE) != state["old_policy_sha256"]
+    ):
+        raise ValueError(f"--resume {out_dir}: {OLD_POLICY_FILE} does not match its checksum")
     return state
+
+
+def read_old_policy(out_dir: Path, state: dict[str, Any]) -> bytes | None:
+    """The checkpoint's old-policy bytes (checked by :func:`read_checkpoint_state`), or None
+    when the run has none (``grpo.nft_old_ema`` off)."""
+    if "old_policy_sha256" not in state:
+        return None
+    return (out_dir / CKPT_DIR / OLD_POLICY_FILE).read_bytes()
 
 
 def last_wall_s(path: Path) -> float:

@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from spotlight import progress
 from spotlight.config import Config
+from spotlight.flow.old_policy import load_old_policy
 from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
@@ -19,6 +20,7 @@ from spotlight.training.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,
+    OLD_POLICY_FILE,
     SUMMARY,
     append_row,
     atomic,
@@ -27,6 +29,7 @@ from spotlight.training.run_folder import (
     preflight_run,
     progress_line,
     read_checkpoint_state,
+    read_old_policy,
     sha256,
     stop_line,
     summarize,
@@ -114,7 +117,8 @@ def run_local(
 
 
 def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config) -> None:
-    """Write weights and optimizer, then state.json (with the weights' sha256) as the commit."""
+    """Write weights and optimizer (and the old policy, with ``grpo.nft_old_ema``), then
+    state.json (with their sha256) as the commit."""
     ckpt = out_dir / CKPT_DIR
     ckpt.mkdir(exist_ok=True)
     if hasattr(loop.policy, "save"):  # with architecture metadata: `spotlight eval` can load it
@@ -123,15 +127,17 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
         state = {k: v.detach().contiguous().cpu() for k, v in loop.policy.state_dict().items()}
         atomic(ckpt / "policy.safetensors", lambda p: save_file(state, str(p)))
     atomic(ckpt / "optimizer.pt", lambda p: torch.save(loop.optimizer.state_dict(), p))
-    write_json(
-        ckpt / "state.json",
-        {
-            "iterations_done": done,
-            "weights_version": loop.weights_version,
-            "recipe": cfg.recipe,
-            "policy_sha256": sha256(ckpt / "policy.safetensors"),
-        },
-    )
+    state = {
+        "iterations_done": done,
+        "weights_version": loop.weights_version,
+        "recipe": cfg.recipe,
+        "policy_sha256": sha256(ckpt / "policy.safetensors"),
+    }
+    if loop.old_policy is not None:
+        old = loop.old_policy.to_bytes()
+        atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(old))
+        state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+    write_json(ckpt / "state.json", state)
 
 
 def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
@@ -139,5 +145,6 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     ckpt = out_dir / CKPT_DIR
     loop.policy.load_state_dict(load_file(str(ckpt / "policy.safetensors")))
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    load_old_policy(loop.old_policy, read_old_policy(out_dir, state), f"--resume {out_dir}")
     loop.weights_version = state["weights_version"]
     return state["iterations_done"]

@@ -230,3 +230,75 @@ def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, t
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+
+
+def _nft_ema(cfg):
+    """``grpo.nft_old_ema`` with a decay that mixes from the first optimizer step (0.5, then
+    0.9: tiny-smoke takes one step per iteration)."""
+    import dataclasses
+
+    grpo = dataclasses.replace(
+        cfg.grpo,
+        loss="nft",
+        nft_old_ema=True,
+        nft_old_ema_hold_steps=0,
+        nft_old_ema_rate=0.5,
+        nft_old_ema_max=0.9,
+    )
+    return dataclasses.replace(cfg, grpo=grpo)
+
+
+def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference_loop(
+    local_ray, tmp_path
+):
+    """DiffusionNFT's EMA old policy: the replicas sample and validate with the published
+    (old) weights, both trainer workers keep the same old copy, the controller checkpoints
+    trained weights and old policy, and a resumed driver restores both: rewards, trained
+    weights and old policy are the reference loop's."""
+    import dataclasses
+
+    from spotlight.flow.old_policy import OldPolicy
+    from spotlight.job.run import run_ray
+
+    cfg = _nft_ema(smoke(iterations=2))
+    opts = ray_options(num_train_workers=2)
+    run_ray(dataclasses.replace(cfg, num_iterations=1), tmp_path, opts=opts)
+    run_ray(cfg, tmp_path, resume=True, opts=opts)
+    rows = _rows(tmp_path)
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert [r["loss/nft_old_decay"] for r in rows] == [0.5, 0.9]
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
+        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-4)
+    assert rows[-1]["val_reward"] == pytest.approx(ref.evaluate(), abs=1e-4)
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():  # all-reduced halves = the full batch
+        torch.testing.assert_close(trained[k], v, atol=1e-5, rtol=1e-4)
+    old = OldPolicy(make_policy(cfg.policy))
+    old.load_bytes((tmp_path / "checkpoint" / "nft_old_policy.safetensors").read_bytes())
+    assert old.optimizer_steps == 2
+    for got, want in zip(old.params, ref.old_policy.params, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert not old.matches(ref.policy)  # the EMA mixed: the sampling policy is not the trained
+
+
+def test_trainer_workers_sample_with_the_ema_sampling_policy(local_ray, tmp_path):
+    """``trainer_samples`` with ``grpo.nft_old_ema``: the trainer worker samples its rollout
+    items with the old policy swapped in, the bits of the published weights the replicas use."""
+    import dataclasses
+
+    from spotlight.job.run import run_ray
+
+    cfg = _nft_ema(smoke(iterations=2))
+    cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
+    run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
+    rows = _rows(tmp_path)
+    assert any(r["replicas"].get("trainer", 0) == 1 for r in rows)  # it pulled as the trainer
+    torch.set_num_threads(1)
+    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
+    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
+        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    for k, v in ref.policy.state_dict().items():
+        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
