@@ -57,7 +57,7 @@ def sample_cases(num: int, seed: int) -> list[Case]:
 def render(case: Case) -> np.ndarray:
     """The ground-truth image of a case."""
     prompt, seed = case
-    return GenEvalMini().render_scene(prompt, np.random.default_rng(seed))
+    return GenEvalMini().render(prompt, np.random.default_rng(seed))
 
 
 @functools.cache

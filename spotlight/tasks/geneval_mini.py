@@ -7,15 +7,6 @@ The world: a black background and up to four objects, each a ``circle``, ``squar
 exactly its palette color. The prompts follow GenEval's wording ("a photo of ...") and fit the
 tiny text encoder's 47 bytes. The detector and the scoring live in
 ``spotlight.rewards.geneval``.
-
-Version 2 (the pretraining renders, not the prompts, splits or reward): half of the renders draw
-every object small (``SMALL_SIZES``, 4-6 px instead of 7-12), as OCR-mini v2 draws half of its
-words in a small font. A model pretrained on them draws a prompt's scene sometimes large and
-sometimes small, a style decided early in sampling and shared by every prompt; the detector
-reads small clean renders less well (0.64 against 1.00) and the tiny model's small shapes worse
-still, so the reward prefers the large mode (docs/tasks.md, "GenEval-mini v2"). Version 1 drew
-every object at 7-12 px. ``GenEvalMini.render_scene`` draws one mode on demand (the detector
-checks use the large one).
 """
 
 from __future__ import annotations
@@ -46,12 +37,6 @@ MAX_PROMPT_BYTES = 47
 """The tiny policy's byte-level text encoder reads at most this many UTF-8 bytes."""
 MIN_OBJECT, MAX_OBJECT = 7, 12
 """Object size range (bounding box side) in pixels."""
-VERSION = 2
-"""Version of the renders (the pretraining data); the shipped base model was trained on it."""
-SMALL_PROB = 0.5
-"""Share of the renders whose objects are all small (version 2)."""
-SMALL_SIZES = (4, 6)
-"""Object size range of a small render, inclusive, in pixels."""
 MARGIN = 2
 """Minimum background gap between two objects' bounding boxes, in pixels."""
 POSITION_MIN_OFFSET = 6.0
@@ -293,19 +278,13 @@ def _objects_to_draw(spec: PromptSpec, rng: np.random.Generator) -> list[tuple[s
     return [(o.shape, o.color or colors[int(rng.integers(len(colors)))]) for o in wanted]
 
 
-def place(
-    spec: PromptSpec,
-    rng: np.random.Generator,
-    max_tries: int = 10_000,
-    sizes: tuple[int, int] = (MIN_OBJECT, MAX_OBJECT),
-) -> list[Placed]:
-    """Random sizes (in ``sizes``, inclusive) and positions for ``spec``'s objects: inside,
-    apart, relation clear."""
+def place(spec: PromptSpec, rng: np.random.Generator, max_tries: int = 10_000) -> list[Placed]:
+    """Random sizes and positions for ``spec``'s objects: inside, apart, relation clear."""
     todo = _objects_to_draw(spec, rng)
     for _ in range(max_tries):
         objs: list[Placed] = []
         for shape, color in todo:
-            size = int(rng.integers(sizes[0], sizes[1] + 1))
+            size = int(rng.integers(MIN_OBJECT, MAX_OBJECT + 1))
             x0, y0 = (int(v) for v in rng.integers(0, SIZE - size + 1, 2))
             obj = Placed(shape, color, size, x0, y0)
             if not all(_apart(obj, o) for o in objs):
@@ -349,19 +328,9 @@ class GenEvalMini:
         return train[int(rng.integers(len(train)))]
 
     def render(self, prompt: str, rng: np.random.Generator) -> np.ndarray:
-        """A pretraining render of ``prompt`` (version 2): with probability ``SMALL_PROB``
-        every object small, else at the usual sizes; see ``render_scene``."""
-        small = bool(rng.random() < SMALL_PROB)
-        return self.render_scene(prompt, rng, small=small)
-
-    def render_scene(
-        self, prompt: str, rng: np.random.Generator, small: bool = False
-    ) -> np.ndarray:
         """A uint8 ``(32, 32, 3)`` image with exactly the objects ``prompt`` names.
 
-        Sizes (``SMALL_SIZES`` when ``small``, else ``MIN_OBJECT``-``MAX_OBJECT``) and
-        positions are random; objects without a color in the prompt get a random palette color
-        each; a position relation holds with ``POSITION_MIN_OFFSET`` px to spare.
+        Sizes and positions are random; objects without a color in the prompt get a random
+        palette color each; a position relation holds with ``POSITION_MIN_OFFSET`` px to spare.
         """
-        sizes = SMALL_SIZES if small else (MIN_OBJECT, MAX_OBJECT)
-        return draw(place(parse(prompt), rng, sizes=sizes))
+        return draw(place(parse(prompt), rng))

@@ -17,8 +17,6 @@ from spotlight.tasks.geneval_mini import (
     MAX_PROMPT_BYTES,
     PALETTE,
     POSITION_MIN_OFFSET,
-    SMALL_PROB,
-    SMALL_SIZES,
     GenEvalMini,
     Placed,
     all_specs,
@@ -91,38 +89,13 @@ def test_render_is_seeded_crisp_and_draws_only_the_named_objects():
     task = GenEvalMini()
     allowed = {BACKGROUND, *PALETTE.values()}
     for i, prompt in enumerate(ALL[::7]):
-        img = task.render_scene(prompt, np.random.default_rng(i))
+        img = task.render(prompt, np.random.default_rng(i))
         assert img.dtype == np.uint8 and img.shape == (32, 32, 3)
-        assert np.array_equal(img, task.render_scene(prompt, np.random.default_rng(i)))
+        assert np.array_equal(img, task.render(prompt, np.random.default_rng(i)))
         assert {tuple(int(v) for v in px) for px in img.reshape(-1, 3)} <= allowed
         spec = parse(prompt)
         expected = spec.count if spec.category == "counting" else len(spec.objects)
         assert len(detect(img)) == expected, prompt
-
-
-def test_v2_pretraining_renders_mix_small_and_large_scenes():
-    """``render`` (the pretraining data) draws every object of a scene small with probability
-    SMALL_PROB, else at the usual sizes; ``render_scene`` picks the mode."""
-    task = GenEvalMini()
-    prompt = "a photo of a red circle and a blue square"
-    sizes = []
-    for i in range(200):
-        img = task.render(prompt, np.random.default_rng(i))
-        assert np.array_equal(img, task.render(prompt, np.random.default_rng(i)))
-        extents = []
-        for color in ("red", "blue"):
-            ys, xs = np.nonzero((img == PALETTE[color]).all(axis=-1))
-            extents.append(max(np.ptp(ys), np.ptp(xs)) + 1)
-        sizes.append(max(extents))
-    small = sum(s <= SMALL_SIZES[1] for s in sizes)
-    assert all(s <= SMALL_SIZES[1] or s >= 7 for s in sizes)  # a scene is one mode
-    assert abs(small / len(sizes) - SMALL_PROB) < 0.1, small
-    tiny = task.render_scene(prompt, np.random.default_rng(0), small=True)
-    ys, xs = np.nonzero(tiny.any(axis=-1))
-    assert SMALL_SIZES[0] <= max(np.ptp(ys), np.ptp(xs)) + 1 <= 32
-    for color in ("red", "blue"):
-        ys, xs = np.nonzero((tiny == PALETTE[color]).all(axis=-1))
-        assert SMALL_SIZES[0] <= max(np.ptp(ys), np.ptp(xs)) + 1 <= SMALL_SIZES[1]
 
 
 def test_position_renders_have_a_clear_margin():
@@ -142,7 +115,7 @@ def test_detector_agrees_with_ground_truth_renders():
     task = GenEvalMini()
     ok: Counter[str] = Counter()
     for prompt, seed in _cases(500, seed=1):
-        ok[score(task.render_scene(prompt, np.random.default_rng(seed)), prompt)[0]] += 1
+        ok[score(task.render(prompt, np.random.default_rng(seed)), prompt)[0]] += 1
     assert ok[True] / 500 >= 0.98, ok
 
 
@@ -156,7 +129,7 @@ def test_detector_is_not_permissive():
         others = [p for p, s in specs.items() if s.category == spec.category]
         others = [p for p in others if meaning(specs[p]) != meaning(spec)]
         other = others[int(rng.integers(len(others)))]
-        wrong += not score(task.render_scene(prompt, np.random.default_rng(seed)), other)[0]
+        wrong += not score(task.render(prompt, np.random.default_rng(seed)), other)[0]
     assert wrong / 300 >= 0.95
 
 
