@@ -95,11 +95,20 @@ def tiny_ocr() -> Config:
     and seed exploration on: the embedded default, and the recipe that raises the validation
     reward on a 2-core CPU (docs/tasks.md, "RL that learns: OCR-mini v2"; docs/bench/
     learn-ocr-mini.json). 40 iterations of 8 prompts x 8 images; validation on 128 prompts x 4
-    fixed seeds at 0, 20 and 40.
+    fixed seeds before and after (the bar's runs also validated at 20: ``--set val_every=20``).
 
     Flow-GRPO's gradient carried no signal above its control at this batch size
     (grpo_signal-tiny-ocr-v2.json), DiffusionNFT's did; at lr 1e-4 NFT collapsed (0.218 ->
-    0.119 in 20 iterations), at 2e-5 it rose."""
+    0.119 in 20 iterations), at 2e-5 it rose.
+
+    Exploration explores a fixed 32 seeds an iteration (``exploration.budget_seeds``; the
+    planner gives them to the next iteration's prompts in chunks of 8, at least 16 to a prompt
+    it explores, and the 8 of a prompt's candidates whose rewards vary most are rolled out on
+    the fresh weights and trained on), waited for after each update. A measured budget explores nothing
+    here: on one CPU the sampler replicas run at idle priority beside the trainer, so nothing
+    they start during the 4-second update finishes (docs/tasks.md, "The default run"). On a
+    cluster, where the replicas are GPUs of their own, set ``exploration.budget_seeds=0`` to
+    explore what they sample during the update."""
     cfg = _tiny_task("ocr-mini", "ocr")
     return dataclasses.replace(
         cfg,
@@ -107,8 +116,8 @@ def tiny_ocr() -> Config:
         num_iterations=40,
         num_val_prompts=128,
         num_val_seeds=4,
-        val_every=20,
-        exploration=ExplorationConfig(mode="spot"),
+        val_every=40,
+        exploration=ExplorationConfig(mode="spot", budget_seeds=32),
     )
 
 
