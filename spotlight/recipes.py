@@ -101,10 +101,10 @@ def tiny_ocr() -> Config:
     (grpo_signal-tiny-ocr-v2.json), DiffusionNFT's did; at lr 1e-4 NFT collapsed (0.218 ->
     0.119 in 20 iterations), at 2e-5 it rose.
 
-    Exploration explores a fixed 32 seeds an iteration (``exploration.budget_seeds``; the
-    planner gives them to the next iteration's prompts in chunks of 8, at least 16 to a prompt
-    it explores, and the 8 of a prompt's candidates whose rewards vary most are rolled out on
-    the fresh weights and trained on), waited for after each update. A measured budget explores nothing
+    Exploration explores a fixed 32 seeds an iteration (``exploration.budget_seeds``), waited
+    for after each update: the planner gives them to the next iteration's prompts in chunks of
+    8, at least 16 to a prompt it explores, and the 8 candidates of a prompt whose rewards vary
+    most are rolled out on the fresh weights and trained on. A measured budget explores nothing
     here: on one CPU the sampler replicas run at idle priority beside the trainer, so nothing
     they start during the 4-second update finishes (docs/tasks.md, "The default run"). On a
     cluster, where the replicas are GPUs of their own, set ``exploration.budget_seeds=0`` to
