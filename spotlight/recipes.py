@@ -101,10 +101,11 @@ def tiny_ocr() -> Config:
     (grpo_signal-tiny-ocr-v2.json), DiffusionNFT's did; at lr 1e-4 NFT collapsed (0.218 ->
     0.119 in 20 iterations), at 2e-5 it rose.
 
-    Exploration explores a fixed 32 seeds an iteration (``exploration.budget_seeds``), waited
-    for after each update: the planner gives them to the next iteration's prompts in chunks of
-    8, at least 16 to a prompt it explores, and the 8 candidates of a prompt whose rewards vary
-    most are rolled out on the fresh weights and trained on. A measured budget explores nothing
+    Exploration explores a fixed 16 seeds an iteration (``exploration.budget_seeds``), waited
+    for after each update: the planner gives them to one of the next iteration's prompts (it
+    explores a prompt in at least two chunks of 8), and the 8 of its 16 candidates whose rewards
+    vary most are rolled out on the fresh weights and trained on (32 seeds took the run past 12
+    minutes on 2 cores: docs/tasks.md). A measured budget explores nothing
     here: on one CPU the sampler replicas run at idle priority beside the trainer, so nothing
     they start during the 4-second update finishes (docs/tasks.md, "The default run"). On a
     cluster, where the replicas are GPUs of their own, set ``exploration.budget_seeds=0`` to
@@ -117,7 +118,7 @@ def tiny_ocr() -> Config:
         num_val_prompts=128,
         num_val_seeds=4,
         val_every=40,
-        exploration=ExplorationConfig(mode="spot", budget_seeds=32),
+        exploration=ExplorationConfig(mode="spot", budget_seeds=16),
     )
 
 
