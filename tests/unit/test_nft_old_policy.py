@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import io
 import json
-import threading
 
 import pytest
 import torch
@@ -29,7 +28,7 @@ from spotlight.policies.tiny import TinyLoRA, TinyPolicy
 from spotlight.training.run_local import run_local
 
 from .conftest import SMALL
-from .test_update_data_parallel import _ThreadAllReduce
+from .test_update_data_parallel import run_ranks
 
 NFT = GRPOConfig(group_size=4, loss="nft", nft_draws=2, train_batch_size=4, learning_rate=1e-3)
 EMA = dataclasses.replace(
@@ -296,35 +295,23 @@ def test_two_ranks_with_an_old_policy_match_one_process(small_policy):
     full = copy.deepcopy(small_policy)
     opt = torch.optim.AdamW(full.trainable_parameters(), lr=NFT.learning_rate)
     grpo_update(full, opt, trajs, ADV, NFT, seed=3, old_policy=copy.deepcopy(old_start))
-    reduce = _ThreadAllReduce(2)
     ranks = [copy.deepcopy(small_policy) for _ in range(2)]
-    errors = []
 
-    def run(rank):
-        try:
-            p = ranks[rank]
-            o = torch.optim.AdamW(p.trainable_parameters(), lr=NFT.learning_rate)
-            grpo_update(
-                p,
-                o,
-                trajs,
-                ADV,
-                NFT,
-                seed=3,
-                shard=(rank, 2),
-                grad_sync=reduce.for_rank(rank),
-                old_policy=copy.deepcopy(old_start),
-            )
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-            reduce.barrier.abort()
+    def update(rank, p, sync):
+        o = torch.optim.AdamW(p.trainable_parameters(), lr=NFT.learning_rate)
+        grpo_update(
+            p,
+            o,
+            trajs,
+            ADV,
+            NFT,
+            seed=3,
+            shard=(rank, 2),
+            grad_sync=sync,
+            old_policy=copy.deepcopy(old_start),
+        )
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_ranks(ranks, update)
     for rank in ranks:
         for k, v in rank.state_dict().items():
             torch.testing.assert_close(v, full.state_dict()[k], atol=1e-5, rtol=1e-4)

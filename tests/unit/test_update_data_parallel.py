@@ -34,6 +34,27 @@ class _ThreadAllReduce:
         return sync
 
 
+def run_ranks(policies, update):
+    """``update(rank, policy, grad_sync)`` for each policy on a thread of its own, gradients
+    averaged across them by ``grad_sync``; fails on the first error a rank raised."""
+    reduce = _ThreadAllReduce(len(policies))
+    errors = []
+
+    def run(rank):
+        try:
+            update(rank, policies[rank], reduce.for_rank(rank))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+            reduce.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(policies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 # passes: prompt encodings per sample on a rank. nft: 2 draws, plus v_old of the second of the
 # two chunks (2 draws x half the samples): 2 + 1 = 3.
 @pytest.mark.parametrize(("loss", "passes"), [("flow_grpo", 4), ("awm", 3), ("nft", 3)])
@@ -56,7 +77,6 @@ def test_two_ranks_match_one_process(small_policy, loss, passes):
     opt = torch.optim.AdamW(full.trainable_parameters(), lr=cfg.learning_rate)
     grpo_update(full, opt, trajs, adv, cfg, seed=3)
 
-    reduce = _ThreadAllReduce(2)
     ranks = [copy.deepcopy(small_policy) for _ in range(2)]
     seen = [[], []]  # prompts each rank replays: its slices must partition the batch
     for r, p in enumerate(ranks):
@@ -64,25 +84,12 @@ def test_two_ranks_match_one_process(small_policy, loss, passes):
         p.encode_prompts = lambda prompts, _e=encode, _r=r: (
             seen[_r].append(len(prompts)) or _e(prompts)
         )
-    errors = []
 
-    def run(rank):
-        try:
-            p = ranks[rank]
-            o = torch.optim.AdamW(p.trainable_parameters(), lr=cfg.learning_rate)
-            grpo_update(
-                p, o, trajs, adv, cfg, seed=3, shard=(rank, 2), grad_sync=reduce.for_rank(rank)
-            )
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-            reduce.barrier.abort()
+    def update(rank, p, sync):
+        o = torch.optim.AdamW(p.trainable_parameters(), lr=cfg.learning_rate)
+        grpo_update(p, o, trajs, adv, cfg, seed=3, shard=(rank, 2), grad_sync=sync)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_ranks(ranks, update)
     # half the samples x (4 steps, 3 noise draws, or 2 draws + 1 for v_old) each
     assert sum(seen[0]) == sum(seen[1]) == 8 * passes // 2
     ref = full.state_dict()
