@@ -209,15 +209,17 @@ def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
 
 
-def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, tmp_path):
+@pytest.mark.parametrize("ema", [False, True], ids=["plain", "nft_old_ema"])
+def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, tmp_path, ema):
     """With ``trainer_samples`` the Ray Train worker takes rollout items while it waits for the
     rollout: some items come from it, and the run still equals the reference loop (the same
-    bits whoever samples a seed)."""
+    bits whoever samples a seed). With ``grpo.nft_old_ema`` it samples with the old policy
+    swapped in, the bits of the published weights the replicas use."""
     import dataclasses
 
     from spotlight.job.run import run_ray
 
-    cfg = smoke(iterations=2)
+    cfg = _nft_ema(smoke(iterations=2)) if ema else smoke(iterations=2)
     cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
     run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
     rows = _rows(tmp_path)
@@ -281,24 +283,3 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
     for got, want in zip(old.params, ref.old_policy.params, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert not old.matches(ref.policy)  # the EMA mixed: the sampling policy is not the trained
-
-
-def test_trainer_workers_sample_with_the_ema_sampling_policy(local_ray, tmp_path):
-    """``trainer_samples`` with ``grpo.nft_old_ema``: the trainer worker samples its rollout
-    items with the old policy swapped in, the bits of the published weights the replicas use."""
-    import dataclasses
-
-    from spotlight.job.run import run_ray
-
-    cfg = _nft_ema(smoke(iterations=2))
-    cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
-    run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
-    rows = _rows(tmp_path)
-    assert any(r["replicas"].get("trainer", 0) == 1 for r in rows)  # it pulled as the trainer
-    torch.set_num_threads(1)
-    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
-    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
-        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
-    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    for k, v in ref.policy.state_dict().items():
-        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
