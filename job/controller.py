@@ -46,12 +46,12 @@ from spotlight.training.loop import (
 from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
 from spotlight.training.run_folder import (
     CKPT_DIR,
-    OLD_POLICY_FILE,
     atomic,
     read_checkpoint_state,
     read_old_policy,
     sha256,
     write_json,
+    write_old_policy,
 )
 
 BANDIT_FILE = "bandit_state.json"
@@ -453,8 +453,7 @@ class Controller:
             "counters": self.fault_counters(),
         }
         if old is not None:
-            atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(old))
-            state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+            write_old_policy(ckpt, old, state)
         write_json(ckpt / "state.json", state)
 
     def _selection_state(self) -> dict[str, Any] | None:

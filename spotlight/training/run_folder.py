@@ -118,6 +118,13 @@ def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
     return state
 
 
+def write_old_policy(ckpt: Path, data: bytes, state: dict[str, Any]) -> None:
+    """Write the old-policy bytes into the checkpoint folder ``ckpt`` (atomically) and their
+    sha256 into ``state``, the ``state.json`` written after it (``grpo.nft_old_ema``)."""
+    atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(data))
+    state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+
+
 def read_old_policy(out_dir: Path, state: dict[str, Any]) -> bytes | None:
     """The checkpoint's old-policy bytes (checked by :func:`read_checkpoint_state`), or None
     when the run has none (``grpo.nft_old_ema`` off)."""

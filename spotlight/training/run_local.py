@@ -20,7 +20,6 @@ from spotlight.training.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,
-    OLD_POLICY_FILE,
     SUMMARY,
     append_row,
     atomic,
@@ -35,6 +34,7 @@ from spotlight.training.run_folder import (
     summarize,
     truncate_metrics,
     write_json,
+    write_old_policy,
 )
 
 """Validation reward of the starting weights (iteration 0)."""
@@ -134,9 +134,7 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
         "policy_sha256": sha256(ckpt / "policy.safetensors"),
     }
     if loop.old_policy is not None:
-        old = loop.old_policy.to_bytes()
-        atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(old))
-        state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+        write_old_policy(ckpt, loop.old_policy.to_bytes(), state)
     write_json(ckpt / "state.json", state)
 
 
