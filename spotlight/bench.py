@@ -10,7 +10,12 @@ trained samples per iteration in every mode:
 
 Writes ``DIR/exploration.json`` (per mode: iterations and wall time to the target, mean group
 reward std, share of zero-variance groups, the stale/fresh Spearman distribution, per-run
-curves) and ``DIR/exploration.png`` (validation reward against iteration and against time).
+curves) and ``DIR/exploration.png`` (validation reward against iteration and against time),
+again after every run, so a stopped bench has reported what finished.
+
+A re-run reuses the finished run folders under ``DIR/runs``, and, with ``reuse``, the run records
+of an earlier report (each holds the config it ran): a bench can span sessions that do not keep
+the run folders, as long as the report is kept.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import dataclasses
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,64 +47,111 @@ def run_runs(
     seeds: list[int],
     opts,
     log: TextIO | None = None,
-) -> dict[str, list[Path]]:
-    """One Ray run per (mode, seed) under ``out/runs``; returns the run folders by mode."""
+    reuse: dict[str, dict[str, Any]] | None = None,
+    on_run: Callable[[dict[str, list[Run]]], None] | None = None,
+) -> dict[str, list[Run]]:
+    """One Ray run per (mode, seed) under ``out/runs``; returns the runs by mode: run folders,
+    or records from ``reuse`` (by run name) that ran the same config. ``on_run`` gets what has
+    finished so far after each run."""
     from spotlight.job.run import run_ray
 
-    folders: dict[str, list[Path]] = {m: [] for m in modes}
+    folders: dict[str, list[Run]] = {m: [] for m in modes}
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    done = len([d for ds in finished_runs(out, modes, seeds).values() for d in ds])
+    configs = {(m, s): run_config(base, m, s) for s in seeds for m in modes}
+    done = len([r for rs in finished_runs(out, configs, reuse).values() for r in rs])
     bar = progress.bar(
         log, "bench", len(seeds) * len(modes), initial=done, unit="runs", every_s=None, leave=True
     )
     for seed in seeds:
         for mode in modes:
-            cfg = dataclasses.replace(
-                base,
-                seed=seed,
-                exploration=dataclasses.replace(base.exploration, **MODES[mode]),
-            )
-            run_dir = out / "runs" / f"{mode}-seed{seed}"
+            cfg = configs[mode, seed]
+            run_dir = out / "runs" / run_name(mode, seed)
             _check_same_config(run_dir, cfg)
-            if not (run_dir / SUMMARY).exists():  # a re-run continues where it stopped
+            if (run_dir / SUMMARY).exists():
+                folders[mode].append(run_dir)
+            elif (record := _reusable(reuse, run_dir.name, cfg)) is not None:
+                folders[mode].append(record)
+            else:  # a re-run continues where it stopped
                 progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
                 bar.set_postfix_str(f"{mode}, seed {seed}")
                 resume = (run_dir / "checkpoint" / "state.json").exists()
                 run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
                 bar.update(1)
-            folders[mode].append(run_dir)
+                folders[mode].append(run_dir)
+                if on_run is not None:
+                    on_run(finished_runs(out, configs, reuse))
     bar.close()
     return folders
 
 
-def finished_runs(out: Path, modes: list[str], seeds: list[int]) -> dict[str, list[Path]]:
-    """The run folders under ``out/runs`` that have finished (a ``summary.json``), by mode;
-    modes with none are left out."""
-    folders = {
-        m: [d for seed in seeds if ((d := out / "runs" / f"{m}-seed{seed}") / SUMMARY).exists()]
-        for m in modes
-    }
-    return {m: dirs for m, dirs in folders.items() if dirs}
+Run = Path | dict[str, Any]  # a run folder, or a record of an earlier report
+
+
+def run_name(mode: str, seed: int) -> str:
+    return f"{mode}-seed{seed}"
+
+
+def run_config(base: Config, mode: str, seed: int) -> Config:
+    """The config the bench runs for one (mode, training seed)."""
+    return dataclasses.replace(
+        base, seed=seed, exploration=dataclasses.replace(base.exploration, **MODES[mode])
+    )
+
+
+def finished_runs(
+    out: Path,
+    configs: dict[tuple[str, int], Config],
+    reuse: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, list[Run]]:
+    """The runs of ``configs`` (by (mode, seed)) that have finished, by mode: a folder under
+    ``out/runs`` with a ``summary.json``, else a record of ``reuse`` that ran the same config.
+    Modes with none are left out."""
+    runs: dict[str, list[Run]] = {}
+    for (mode, seed), cfg in sorted(configs.items(), key=lambda kv: kv[0][1]):
+        run_dir = out / "runs" / run_name(mode, seed)
+        if (run_dir / SUMMARY).exists():
+            _check_same_config(run_dir, cfg)
+            runs.setdefault(mode, []).append(run_dir)
+        elif (record := _reusable(reuse, run_dir.name, cfg)) is not None:
+            runs.setdefault(mode, []).append(record)
+    return {m: runs[m] for m in {m: None for m, _ in configs} if m in runs}
+
+
+def report_records(path: Path) -> dict[str, dict[str, Any]]:
+    """The run records of an earlier report (``exploration.json``), by run name."""
+    doc = json.loads(path.read_text())
+    return {r["run"]: r for m in doc["modes"].values() for r in m["runs"]}
+
+
+def _reusable(reuse: dict[str, dict[str, Any]] | None, name: str, cfg: Config):
+    """The record of run ``name`` in ``reuse`` if it ran ``cfg`` (records without a config,
+    from reports written before records held one, are not reused)."""
+    record = (reuse or {}).get(name)
+    if record is None or "config" not in record or not _same_config(record["config"], cfg):
+        return None
+    return record
+
+
+def _same_config(ran: dict[str, Any], cfg: Config) -> bool:
+    # Through from_dict: a field added since the run was written takes its default there too.
+    ran = Config.from_dict(ran).to_dict()
+    return json.loads(json.dumps(ran)) == json.loads(json.dumps(cfg.to_dict()))
 
 
 def _check_same_config(run_dir: Path, cfg: Config) -> None:
     """A re-run reuses a run folder only if it ran this very config."""
     path = run_dir / "config.json"
-    if not path.exists():
-        return
-    # Through from_dict: a field added since the run was written takes its default there too.
-    ran = Config.from_dict(json.loads(path.read_text())).to_dict()
-    if json.loads(json.dumps(ran)) != json.loads(json.dumps(cfg.to_dict())):
+    if path.exists() and not _same_config(json.loads(path.read_text()), cfg):
         raise ValueError(
             f"{run_dir} holds a run of another config (compare its config.json); use another"
             " --out, or delete it to run it again"
         )
 
 
-def summarize_runs(folders: dict[str, list[Path]], target_delta: float) -> dict[str, Any]:
-    """The figures of ``exploration.json`` from the run folders."""
+def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[str, Any]:
+    """The figures of ``exploration.json`` from the run folders and reused records."""
     out: dict[str, Any] = {"target_delta": target_delta, "modes": {}}
     for mode, dirs in folders.items():
         runs = [_run_figures(d, target_delta) for d in dirs]
@@ -124,14 +177,24 @@ def summarize_runs(folders: dict[str, list[Path]], target_delta: float) -> dict[
     return out
 
 
-def _run_figures(run_dir: Path, target_delta: float) -> dict[str, Any]:
+def _run_figures(run: Run, target_delta: float) -> dict[str, Any]:
+    if isinstance(run, dict):  # a record of an earlier report: its target from its curve
+        initial = run["initial_val_reward"]
+        hit = next((p for p in run["val_curve"][1:] if p[2] >= initial + target_delta), None)
+        return {
+            **run,
+            "iterations_to_target": hit[0] if hit else None,
+            "wall_s_to_target": hit[1] if hit else None,
+        }
+    run_dir = run
     rows = [json.loads(x) for x in (run_dir / METRICS).read_text().splitlines() if x]
     initial = json.loads((run_dir / "val_initial.json").read_text())["val_reward"]
     target = initial + target_delta
     hit = next((r for r in rows if r.get("val_reward", -1.0) >= target), None)
     groups = [r["num_samples"] for r in rows]
     zero = sum(r["zero_std_groups"] for r in rows)
-    group_size = json.loads((run_dir / "config.json").read_text())["grpo"]["group_size"]
+    config = json.loads((run_dir / "config.json").read_text())
+    group_size = config["grpo"]["group_size"]
     return {
         "run": run_dir.name,
         "initial_val_reward": initial,
@@ -151,6 +214,7 @@ def _run_figures(run_dir: Path, target_delta: float) -> dict[str, Any]:
             if isinstance(r.get("rank_spearman_stale_fresh"), float)
             and not math.isnan(r["rank_spearman_stale_fresh"])
         ],
+        "config": config,
     }
 
 

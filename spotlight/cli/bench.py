@@ -23,7 +23,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _exploration(args: argparse.Namespace) -> int:
-    from spotlight.bench import MODES, finished_runs, plot_exploration, run_runs, summarize_runs
+    from spotlight.bench import MODES, finished_runs, report_records, run_config, run_runs
     from spotlight.job.cluster import connect
     from spotlight.job.options import RayOptions
 
@@ -36,12 +36,27 @@ def _exploration(args: argparse.Namespace) -> int:
     out = Path(args.out)
     name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
+    reuse = report_records(Path(args.reuse)) if args.reuse else None
+
+    def report(runs) -> dict[str, Any]:
+        return _write_report(runs, cfg, args, out, name)
+
     if args.report_only:  # what has finished so far (a bench can span sessions)
-        folders = finished_runs(out, modes, args.seeds)
+        configs = {(m, s): run_config(cfg, m, s) for s in args.seeds for m in modes}
+        summary = report(finished_runs(out, configs, reuse))
     else:
         connect(opts)  # one Ray for all runs
-        folders = run_runs(cfg, out, modes, args.seeds, opts, log=sys.stdout)
-    summary = summarize_runs(folders, args.target_delta)
+        runs = run_runs(cfg, out, modes, args.seeds, opts, sys.stdout, reuse, on_run=report)
+        summary = report(runs)
+    _print_summary(summary, out, name)
+    return 0
+
+
+def _write_report(runs, cfg: Config, args: argparse.Namespace, out: Path, name: str):
+    """``out/NAME.json`` and ``out/NAME.png`` from the runs finished so far."""
+    from spotlight.bench import plot_exploration, summarize_runs
+
+    summary = summarize_runs(runs, args.target_delta)
     summary.update(
         recipe=cfg.recipe,
         task=cfg.task,
@@ -58,8 +73,7 @@ def _exploration(args: argparse.Namespace) -> int:
     )
     (out / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot_exploration(summary, out / f"{name}.png")
-    _print_summary(summary, out, name)
-    return 0
+    return summary
 
 
 def _exploration_config(args: argparse.Namespace) -> Config:
@@ -147,4 +161,10 @@ def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
         "--report-only",
         action="store_true",
         help="exploration: write the report from the runs already finished, run nothing",
+    )
+    bench.add_argument(
+        "--reuse",
+        metavar="REPORT",
+        help="exploration: an earlier report (NAME.json) whose runs of the same config count as"
+        " finished; a bench spans sessions that keep the report but not --out's run folders",
     )

@@ -38,6 +38,12 @@ def test_bench_exploration_writes_its_figures(local_ray, tmp_path):
     assert main([*args, "--name", "again"]) == 0
     assert (tmp_path / "runs/off-seed0/metrics.jsonl").stat().st_mtime == before
     assert json.loads((tmp_path / "again.json").read_text())["modes"] == doc["modes"]
+    # Another folder, without the run folders: the report's records count as finished.
+    other = tmp_path / "next-session"
+    reuse = ["--reuse", str(tmp_path / "exploration.json"), "--out", str(other)]
+    assert main([*args, *reuse]) == 0
+    assert not (other / "runs").exists()
+    assert json.loads((other / "exploration.json").read_text())["modes"] == doc["modes"]
     # The report alone, from what has finished (one mode of two here, a missing seed is skipped).
     (tmp_path / "runs/spot-seed0/summary.json").rename(tmp_path / "spot-summary.json")
     assert main([*args, "--seeds", "0", "1", "--report-only", "--name", "partial"]) == 0

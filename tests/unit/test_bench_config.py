@@ -1,4 +1,5 @@
-"""The exploration bench reuses a run folder only for the very config it ran."""
+"""The exploration bench reuses a run folder, or an earlier report's record, only for the very
+config it ran."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import json
 
 import pytest
 
-from spotlight.bench import _check_same_config
+from spotlight.bench import (
+    _check_same_config,
+    finished_runs,
+    report_records,
+    run_config,
+    summarize_runs,
+)
 from spotlight.recipes import get_recipe
 
 
@@ -27,3 +34,55 @@ def test_a_run_of_another_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="another config"):
         _check_same_config(tmp_path, other)
     _check_same_config(tmp_path / "absent", other)  # nothing there yet: fine
+
+
+def _record(cfg, name="off-seed0"):
+    return {
+        "run": name,
+        "initial_val_reward": 0.2,
+        "final_val_reward": 0.31,
+        "val_curve": [[0, 0.0, 0.2], [2, 50.0, 0.26], [4, 100.0, 0.31]],
+        "iterations_to_target": 4,
+        "wall_s_to_target": 100.0,
+        "group_reward_std_mean": 0.3,
+        "zero_std_group_share": 0.0,
+        "wall_s_per_iteration": 25.0,
+        "spearman": [],
+        "config": cfg.to_dict(),
+    }
+
+
+def test_a_report_record_of_the_same_config_counts_as_finished(tmp_path):
+    base = get_recipe("tiny-smoke")
+    configs = {(m, 0): run_config(base, m, 0) for m in ("off", "spot")}
+    reuse = {"off-seed0": _record(configs["off", 0])}
+    runs = finished_runs(tmp_path, configs, reuse)
+    assert runs == {"off": [reuse["off-seed0"]]}  # spot-seed0 has neither a folder nor a record
+    # The target is found again on the record's curve, for the report's target delta.
+    summary = summarize_runs(runs, target_delta=0.05)
+    (run,) = summary["modes"]["off"]["runs"]
+    assert (run["iterations_to_target"], run["wall_s_to_target"]) == (2, 50.0)
+    assert summarize_runs(runs, 0.2)["modes"]["off"]["reached_target"] == "0/1"
+
+
+def test_a_report_record_of_another_config_or_none_is_not_reused(tmp_path):
+    base = get_recipe("tiny-smoke")
+    configs = {("off", 0): run_config(base, "off", 0)}
+    other = _record(run_config(base, "off", 1))  # same name, another seed
+    assert finished_runs(tmp_path, configs, {"off-seed0": other}) == {}
+    old = _record(configs["off", 0])
+    del old["config"]  # a report written before records held their config
+    assert finished_runs(tmp_path, configs, {"off-seed0": old}) == {}
+    # A record whose config lacks a field added since is still the same config.
+    ok = _record(configs["off", 0])
+    del ok["config"]["reward_model"]
+    assert finished_runs(tmp_path, configs, {"off-seed0": ok}) == {"off": [ok]}
+
+
+def test_report_records_are_read_by_run_name(tmp_path):
+    base = get_recipe("tiny-smoke")
+    doc = {
+        "modes": {"off": {"runs": [_record(base)]}, "spot": {"runs": [_record(base, "spot-seed0")]}}
+    }
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    assert set(report_records(tmp_path / "r.json")) == {"off-seed0", "spot-seed0"}
