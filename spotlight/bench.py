@@ -55,35 +55,31 @@ def run_runs(
     finished so far after each run."""
     from spotlight.job.run import run_ray
 
-    folders: dict[str, list[Run]] = {m: [] for m in modes}
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     configs = {(m, s): run_config(base, m, s) for s in seeds for m in modes}
-    done = len([r for rs in finished_runs(out, configs, reuse).values() for r in rs])
+    pending = [key for key, cfg in configs.items() if _finished(out, *key, cfg, reuse) is None]
     bar = progress.bar(
-        log, "bench", len(seeds) * len(modes), initial=done, unit="runs", every_s=None, leave=True
+        log,
+        "bench",
+        len(configs),
+        initial=len(configs) - len(pending),
+        unit="runs",
+        every_s=None,
+        leave=True,
     )
-    for seed in seeds:
-        for mode in modes:
-            cfg = configs[mode, seed]
-            run_dir = out / "runs" / run_name(mode, seed)
-            _check_same_config(run_dir, cfg)
-            if (run_dir / SUMMARY).exists():
-                folders[mode].append(run_dir)
-            elif (record := _reusable(reuse, run_dir.name, cfg)) is not None:
-                folders[mode].append(record)
-            else:  # a re-run continues where it stopped
-                progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
-                bar.set_postfix_str(f"{mode}, seed {seed}")
-                resume = (run_dir / "checkpoint" / "state.json").exists()
-                run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
-                bar.update(1)
-                folders[mode].append(run_dir)
-                if on_run is not None:
-                    on_run(finished_runs(out, configs, reuse))
+    for mode, seed in pending:  # a re-run continues where it stopped
+        run_dir = out / "runs" / run_name(mode, seed)
+        progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
+        bar.set_postfix_str(f"{mode}, seed {seed}")
+        resume = (run_dir / "checkpoint" / "state.json").exists()
+        run_ray(configs[mode, seed], run_dir, resume=resume, opts=opts, log=None)
+        bar.update(1)
+        if on_run is not None:
+            on_run(finished_runs(out, configs, reuse))
     bar.close()
-    return folders
+    return finished_runs(out, configs, reuse)
 
 
 Run = Path | dict[str, Any]  # a run folder, or a record of an earlier report
@@ -109,14 +105,20 @@ def finished_runs(
     ``out/runs`` with a ``summary.json``, else a record of ``reuse`` that ran the same config.
     Modes with none are left out."""
     runs: dict[str, list[Run]] = {}
-    for (mode, seed), cfg in sorted(configs.items(), key=lambda kv: kv[0][1]):
-        run_dir = out / "runs" / run_name(mode, seed)
-        if (run_dir / SUMMARY).exists():
-            _check_same_config(run_dir, cfg)
-            runs.setdefault(mode, []).append(run_dir)
-        elif (record := _reusable(reuse, run_dir.name, cfg)) is not None:
-            runs.setdefault(mode, []).append(record)
+    for (mode, seed), cfg in configs.items():
+        if (run := _finished(out, mode, seed, cfg, reuse)) is not None:
+            runs.setdefault(mode, []).append(run)
     return {m: runs[m] for m in {m: None for m, _ in configs} if m in runs}
+
+
+def _finished(out: Path, mode: str, seed: int, cfg: Config, reuse) -> Run | None:
+    """The finished run of ``cfg``: its folder (refused if it holds another config), else a
+    record of ``reuse`` that ran ``cfg``, else None."""
+    run_dir = out / "runs" / run_name(mode, seed)
+    _check_same_config(run_dir, cfg)
+    if (run_dir / SUMMARY).exists():
+        return run_dir
+    return _reusable(reuse, run_dir.name, cfg)
 
 
 def report_records(path: Path) -> dict[str, dict[str, Any]]:
