@@ -71,6 +71,8 @@ def run_runs(
     )
     for mode, seed in pending:  # a re-run continues where it stopped
         run_dir = out / "runs" / run_name(mode, seed)
+        if run_dir.name in (reuse or {}):
+            progress.line(log, f"[bench] {run_dir.name}: the earlier report holds another config")
         progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
         bar.set_postfix_str(f"{mode}, seed {seed}")
         resume = (run_dir / "checkpoint" / "state.json").exists()
