@@ -58,7 +58,7 @@ def run_runs(
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    configs = {(m, s): run_config(base, m, s) for s in seeds for m in modes}
+    configs = run_configs(base, modes, seeds)
     pending = [key for key, cfg in configs.items() if _finished(out, *key, cfg, reuse) is None]
     bar = progress.bar(
         log,
@@ -96,6 +96,11 @@ def run_config(base: Config, mode: str, seed: int) -> Config:
     return dataclasses.replace(
         base, seed=seed, exploration=dataclasses.replace(base.exploration, **MODES[mode])
     )
+
+
+def run_configs(base: Config, modes: list[str], seeds: list[int]) -> dict[tuple[str, int], Config]:
+    """The bench's configs by (mode, seed), seed by seed (the order runs are run and reported)."""
+    return {(m, s): run_config(base, m, s) for s in seeds for m in modes}
 
 
 def finished_runs(

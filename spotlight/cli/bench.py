@@ -23,7 +23,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _exploration(args: argparse.Namespace) -> int:
-    from spotlight.bench import MODES, finished_runs, report_records, run_config, run_runs
+    from spotlight.bench import MODES, finished_runs, report_records, run_configs, run_runs
     from spotlight.job.cluster import connect
     from spotlight.job.options import RayOptions
 
@@ -42,8 +42,7 @@ def _exploration(args: argparse.Namespace) -> int:
         return _write_report(runs, cfg, args, out, name)
 
     if args.report_only:  # what has finished so far (a bench can span sessions)
-        configs = {(m, s): run_config(cfg, m, s) for s in args.seeds for m in modes}
-        summary = report(finished_runs(out, configs, reuse))
+        summary = report(finished_runs(out, run_configs(cfg, modes, args.seeds), reuse))
     else:
         connect(opts)  # one Ray for all runs
         runs = run_runs(cfg, out, modes, args.seeds, opts, sys.stdout, reuse, on_run=report)
