@@ -8,10 +8,11 @@ trained samples per iteration in every mode:
 * ``spot``: explore on the replicas during training, on weights one version stale;
 * ``spot_uniform``: ``spot`` with the planner's uniform-allocation ablation.
 
-Writes ``DIR/exploration.json`` (per mode: iterations and wall time to the target, mean group
-reward std, share of zero-variance groups, the stale/fresh Spearman distribution, per-run
-curves) and ``DIR/exploration.png`` (validation reward against iteration and against time),
-again after every run, so a stopped bench has reported what finished.
+Writes ``DIR/exploration.json`` (per mode: iterations and wall time to the target, validation
+gain per iteration, mean group reward std, share of zero-variance groups, the stale/fresh
+Spearman distribution, per-run curves) and ``DIR/exploration.png`` (validation reward against
+iteration and against time), again after every run, so a stopped bench has reported what
+finished.
 
 A re-run reuses the finished run folders under ``DIR/runs``, and, with ``reuse``, the run records
 of an earlier report (each holds the config it ran): a bench can span sessions that do not keep
@@ -30,6 +31,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
+from spotlight.sim.sim_model import val_gain_per_iteration
 from spotlight.training.run_folder import METRICS, SUMMARY
 
 MODES = {
@@ -164,6 +166,8 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
     out: dict[str, Any] = {"target_delta": target_delta, "modes": {}}
     for mode, dirs in folders.items():
         runs = [_run_figures(d, target_delta) for d in dirs]
+        for r in runs:
+            r["val_gain_per_iteration"] = val_gain_per_iteration(r["val_curve"])
         reached = [r for r in runs if r["iterations_to_target"] is not None]
         rho = [x for r in runs for x in r["spearman"]]
         out["modes"][mode] = {
@@ -172,6 +176,7 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
             "iterations_to_target_median": _median([r["iterations_to_target"] for r in reached]),
             "wall_s_to_target_median": _median([r["wall_s_to_target"] for r in reached]),
             "final_val_reward_mean": _mean([r["final_val_reward"] for r in runs]),
+            "val_gain_per_iteration_mean": _mean([r["val_gain_per_iteration"] for r in runs]),
             "group_reward_std_mean": _mean([r["group_reward_std_mean"] for r in runs]),
             "zero_std_group_share": _mean([r["zero_std_group_share"] for r in runs]),
             "wall_s_per_iteration_mean": _mean([r["wall_s_per_iteration"] for r in runs]),

@@ -98,9 +98,12 @@ def _exploration_config(args: argparse.Namespace) -> Config:
 def _print_summary(summary: dict[str, Any], out: Path, name: str) -> None:
     for mode, m in summary["modes"].items():
         rho = m["rank_spearman_stale_fresh"]["mean"]
+        gain = m["val_gain_per_iteration_mean"]
         print(
             f"[bench] {mode}: target reached {m['reached_target']}, final val "
-            f"{m['final_val_reward_mean']:.4f}, group std {m['group_reward_std_mean']:.4f}, "
+            f"{m['final_val_reward_mean']:.4f}"
+            + (f" ({gain:+.4f} an iteration)" if gain is not None else "")
+            + f", group std {m['group_reward_std_mean']:.4f}, "
             f"zero-std groups {m['zero_std_group_share']:.1%}, "
             f"{m['wall_s_per_iteration_mean']:.1f} s/iteration"
             + (f", stale/fresh Spearman {rho:.2f}" if rho is not None else "")

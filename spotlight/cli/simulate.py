@@ -44,19 +44,23 @@ def _contrast_exponent(args: argparse.Namespace) -> float | None:
 
     files = ", ".join(args.fit_exploration)
     summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
-    fit = fit_contrast_exponent(summaries)
+    fit = fit_contrast_exponent(summaries, speedup=args.fit_by)
     if fit["k"] is None:
         raise ValueError(
             f"{files}: no mode both reached the target and changed the group std, so the"
             " contrast exponent cannot be fitted from it"
         )
     k = fit["k"]
+    what = {
+        "iterations": "fewer iterations to the target",
+        "slope": "the validation gain per iteration",
+    }[args.fit_by]
     for pt in fit["points"]:
         print(
             f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "
-            f"{pt['speedup']:.2f}x fewer iterations to the target ({pt['reached']} reached)"
+            f"{pt['speedup']:.2f}x {what} ({pt['reached']} reached)"
         )
-    print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {files})")
+    print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {files}, by {args.fit_by})")
     return k
 
 
@@ -175,6 +179,8 @@ def _add_run_flags(sim: argparse.ArgumentParser) -> None:
 
 def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
     """The learning model's progress: plain GRPO's iterations and the contrast exponent."""
+    from spotlight.sim.sim_model import SPEEDUPS
+
     sim.add_argument(
         "--baseline-iterations",
         type=int,
@@ -194,6 +200,14 @@ def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
         nargs="+",
         help="fit k from these exploration.json files (spotlight bench exploration), pooling"
         " their points, and use it",
+    )
+    sim.add_argument(
+        "--fit-by",
+        choices=SPEEDUPS,
+        default="iterations",
+        help="how --fit-exploration measures a mode's speed-up: 'iterations' (mean iterations"
+        " to the target, the default) or 'slope' (mean validation gain per iteration, every"
+        " validation of every run)",
     )
 
 

@@ -63,6 +63,9 @@ def test_a_report_record_of_the_same_config_counts_as_finished(tmp_path):
     (run,) = summary["modes"]["off"]["runs"]
     assert (run["iterations_to_target"], run["wall_s_to_target"]) == (2, 50.0)
     assert summarize_runs(runs, 0.2)["modes"]["off"]["reached_target"] == "0/1"
+    # Its validation gain per iteration, from the same curve: (2 x 0.06 + 4 x 0.11) / (4 + 16).
+    assert run["val_gain_per_iteration"] == pytest.approx(0.028)
+    assert summary["modes"]["off"]["val_gain_per_iteration_mean"] == pytest.approx(0.028)
 
 
 def test_a_report_record_of_another_config_or_none_is_not_reused(tmp_path):

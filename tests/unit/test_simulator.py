@@ -371,9 +371,54 @@ def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
     ]
     assert [r.iterations for r in runs] == [12, 12]
     # With k = 1 the selected groups' larger std makes each critical-path iteration count more.
-    prop = LearningModel(baseline_iterations=12)
+    prop = LearningModel(baseline_iterations=12, contrast_exponent=1.0)
     cp = Simulation(sc, SYSTEMS["on_demand_critical_path"], None, learning=prop).run()
     assert cp.iterations < 12
+
+
+def test_validation_gain_per_iteration_is_the_slope_through_the_initial_validation():
+    from spotlight.sim.sim_model import val_gain_per_iteration
+
+    # (iteration, wall_s, val): gains 0.02 and 0.04 at iterations 2 and 4 -> 0.01 a step
+    assert val_gain_per_iteration([(0, 0.0, 0.2), (2, 5.0, 0.22), (4, 9.0, 0.24)]) == (
+        pytest.approx(0.01)
+    )
+    # least squares through the origin: (1 x 0.03 + 2 x 0.02) / (1 + 4)
+    assert val_gain_per_iteration([(0, 0.0, 0.5), (1, 1.0, 0.53), (2, 2.0, 0.52)]) == (
+        pytest.approx(0.014)
+    )
+    assert val_gain_per_iteration([(0, 0.0, 0.5)]) is None
+
+
+def _slope_summary(off_gains, spot_gains, off_std=0.1, spot_std=0.2):
+    """A summary whose runs climb linearly at the given gains per iteration for 4 iterations,
+    crossing the target whenever they do (iterations to target 10 in every run)."""
+
+    def mode(gains, std):
+        runs = [
+            {"iterations_to_target": 10, "val_curve": [(i, 0.0, 0.1 + g * i) for i in range(5)]}
+            for g in gains
+        ]
+        return {"runs": runs, "group_reward_std_mean": std, "reached_target": "3/3"}
+
+    return {"modes": {"off": mode(off_gains, off_std), "spot": mode(spot_gains, spot_std)}}
+
+
+def test_contrast_exponent_is_fitted_from_the_validation_gain_per_iteration():
+    from spotlight.sim.sim_model import fit_contrast_exponent
+
+    # Equal iterations to target, but twice the std climbs twice as fast: k = 1 by slope, 0 by
+    # iterations; 4x as fast (means 0.01 and 0.04): k = 2.
+    summary = _slope_summary([0.01, 0.01, 0.01], [0.02, 0.02, 0.02])
+    assert fit_contrast_exponent(summary, speedup="slope")["k"] == pytest.approx(1.0)
+    assert fit_contrast_exponent(summary)["k"] == pytest.approx(0.0)
+    summary = _slope_summary([0.005, 0.015], [0.03, 0.05, 0.04])
+    fit = fit_contrast_exponent(summary, speedup="slope")
+    assert fit["k"] == pytest.approx(2.0) and fit["points"][0]["speedup"] == pytest.approx(4.0)
+    # A baseline that never gained: no slope ratio to fit.
+    assert fit_contrast_exponent(_slope_summary([0.0], [0.02]), speedup="slope")["k"] is None
+    with pytest.raises(ValueError, match="speedup must be one of"):
+        fit_contrast_exponent(summary, speedup="wall")
 
 
 def test_simulate_fits_the_contrast_exponent_from_an_exploration_summary(tmp_path, capsys):
@@ -390,6 +435,12 @@ def test_simulate_fits_the_contrast_exponent_from_an_exploration_summary(tmp_pat
     flat.write_text(json.dumps(_exploration_summary([10], [5], 0.1, 0.1)))
     assert main([*args, "--fit-exploration", str(flat)]) == 2
     assert "cannot be fitted" in capsys.readouterr().err
+    by_slope = tmp_path / "slope.json"
+    by_slope.write_text(json.dumps(_slope_summary([0.01, 0.01, 0.01], [0.02, 0.02, 0.02])))
+    assert main([*args, "--fit-exploration", str(by_slope), "--fit-by", "slope"]) == 0
+    learning = json.loads((out / "summary.json").read_text())["learning"]
+    assert learning["contrast_exponent"] == pytest.approx(1.0)
+    assert "2.00x the validation gain per iteration" in capsys.readouterr().out
 
 
 def _pipeline_scenario(train_step_s: float) -> Scenario:
