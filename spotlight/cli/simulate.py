@@ -191,8 +191,8 @@ def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
         "--contrast-exponent",
         type=float,
         default=None,
-        help="k in progress = (group std / plain GRPO's) ** k (default: 0.549, fitted on the"
-        " OCR-mini exploration benches; docs/simulator.md)",
+        help="k in progress = (group std / plain GRPO's) ** k (default: 0.275, fitted on the"
+        " three OCR-mini exploration benches; docs/simulator.md)",
     )
     sim.add_argument(
         "--fit-exploration",
