@@ -40,7 +40,7 @@ def _contrast_exponent(args: argparse.Namespace) -> float | None:
     """--contrast-exponent, or the one fitted from --fit-exploration's benches."""
     if not args.fit_exploration:
         return args.contrast_exponent
-    from spotlight.sim.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_model import SPEEDUPS, fit_contrast_exponent
 
     files = ", ".join(args.fit_exploration)
     summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
@@ -51,10 +51,7 @@ def _contrast_exponent(args: argparse.Namespace) -> float | None:
             " contrast exponent cannot be fitted from it"
         )
     k = fit["k"]
-    what = {
-        "iterations": "fewer iterations to the target",
-        "slope": "the validation gain per iteration",
-    }[args.fit_by]
+    what = SPEEDUPS[args.fit_by]
     for pt in fit["points"]:
         print(
             f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "

@@ -342,8 +342,12 @@ class LearningModel:
     only qualitatively, and nothing here measures it for diffusion models."""
 
 
-SPEEDUPS = ("iterations", "slope")
-"""How :func:`fit_contrast_exponent` measures a mode's speed-up over the baseline."""
+SPEEDUPS = {
+    "iterations": "fewer iterations to the target",
+    "slope": "the validation gain per iteration",
+}
+"""How :func:`fit_contrast_exponent` measures a mode's speed-up over the baseline, and what the
+speed-up then reads as."""
 
 
 def val_gain_per_iteration(val_curve: list) -> float | None:
@@ -380,7 +384,7 @@ def fit_contrast_exponent(
     differs from 1).
     """
     if speedup not in SPEEDUPS:
-        raise ValueError(f"speedup must be one of {SPEEDUPS}, not {speedup!r}")
+        raise ValueError(f"speedup must be one of {tuple(SPEEDUPS)}, not {speedup!r}")
     if isinstance(summaries, dict):
         summaries = [summaries]
     points, base_its = [], []
@@ -402,21 +406,22 @@ def fit_contrast_exponent(
 
 
 def _contrast_points(
-    summary: dict[str, Any], baseline_mode: str, speedup: str = "iterations"
+    summary: dict[str, Any], baseline_mode: str, speedup: str
 ) -> tuple[list, float | None]:
     """One summary's (contrast ratio, speed-up) points and its baseline's mean iterations."""
     modes = summary["modes"]
     if baseline_mode not in modes:
         raise ValueError(f"exploration summary has no {baseline_mode!r} mode: {sorted(modes)}")
 
+    def mean(xs) -> float | None:
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
     def mean_iterations(mode: dict[str, Any]) -> float | None:
-        its = [r["iterations_to_target"] for r in mode["runs"] if r["iterations_to_target"]]
-        return sum(its) / len(its) if its else None
+        return mean(r["iterations_to_target"] for r in mode["runs"])
 
     def mean_slope(mode: dict[str, Any]) -> float | None:
-        slopes = [val_gain_per_iteration(r["val_curve"]) for r in mode["runs"]]
-        slopes = [s for s in slopes if s is not None]
-        return sum(slopes) / len(slopes) if slopes else None
+        return mean(val_gain_per_iteration(r["val_curve"]) for r in mode["runs"])
 
     base = modes[baseline_mode]
     base_its = mean_iterations(base)
