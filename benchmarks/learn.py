@@ -12,7 +12,8 @@ base model's score on exactly what ``final_val_reward`` is scored on. The runs g
 bench can span sessions. Writes ``learn-<task>.json``: ``task``, ``recipe``, ``val_prompts``,
 ``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``, ``final_val_reward``,
 ``gain``, ``wall_s``, ``command``), the mean gain of the training runs, and the validation
-curves as ``learn-<task>.png``. One run at a time:
+curves as ``learn-<task>.png`` (``--name`` names them otherwise, for a reward variant). One
+run at a time:
 the wall times are only comparable with nothing else running. Results: docs/tasks.md.
 """
 
@@ -103,6 +104,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--runs", default=None, help="run folders (default runs/learn-<recipe>)")
     ap.add_argument("--out", default="docs/bench")
+    ap.add_argument("--name", default=None, help="report name (default learn-<task>)")
     args = ap.parse_args()
     cfg: Config = apply_overrides(get_recipe(args.recipe), args.set)
     cfg.validate()
@@ -123,7 +125,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
         "runs": runs,
     }
-    path = Path(args.out) / f"learn-{task}.json"
+    path = Path(args.out) / f"{args.name or f'learn-{task}'}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     plot(

@@ -226,7 +226,10 @@ class Controller:
             extra["rank_spearman_stale_fresh"] = rank_preservation(
                 {p: selection.selected_rewards[p] for p in selection.seeds}, dict(per_prompt)
             )
-        return score_groups(torch.tensor(rewards, dtype=torch.float32), self.cfg, it)
+        pools = None
+        if self.cfg.exploration.pool_advantages and selection is not None:
+            pools = [selection.explored.get(p) for p in plan.prompts]
+        return score_groups(torch.tensor(rewards, dtype=torch.float32), self.cfg, it, pools)
 
     def _post_batch(self, it: int, trajectories, advantages) -> None:
         """Step 3: post the training batch where the trainer waits for it."""
@@ -346,6 +349,7 @@ class Controller:
             self.cfg.grpo.group_size,
             fresh_version,
             self.cfg.exploration.max_staleness,
+            rule=self.cfg.exploration.selection,
         )
         for prompt, rewards in sel.explored.items():
             self.planner.observe(prompt, rewards)
@@ -368,7 +372,13 @@ class Controller:
         items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
         results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
         sel = select_groups(
-            exp, results, cfg.grpo.group_size, version, cfg.exploration.max_staleness, True
+            exp,
+            results,
+            cfg.grpo.group_size,
+            version,
+            cfg.exploration.max_staleness,
+            True,
+            rule=cfg.exploration.selection,
         )
         for prompt, rewards in sel.explored.items():
             self.planner.observe(prompt, rewards)

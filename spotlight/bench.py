@@ -6,7 +6,10 @@ trained samples per iteration in every mode:
 * ``off``: plain GRPO with random seeds;
 * ``critical_path``: explore with the fresh weights before each rollout (best-of-N);
 * ``spot``: explore on the replicas during training, on weights one version stale;
-* ``spot_uniform``: ``spot`` with the planner's uniform-allocation ablation.
+* ``spot_uniform``: ``spot`` with the planner's uniform-allocation ablation;
+* ``rescue``: ``spot`` that keeps random seeds, and the max-variance ones only for prompts whose
+  random group would be dead on the explored (stale) rewards;
+* ``full_pool``: ``critical_path`` whose advantages take mean and std over all the candidates.
 
 Writes ``DIR/exploration.json`` (per mode: iterations and wall time to the target, validation
 gain per iteration, mean group reward std, share of zero-variance groups, the stale/fresh
@@ -39,6 +42,8 @@ MODES = {
     "critical_path": {"mode": "critical_path"},
     "spot": {"mode": "spot"},
     "spot_uniform": {"mode": "spot", "uniform": True},
+    "rescue": {"mode": "spot", "selection": "rescue"},
+    "full_pool": {"mode": "critical_path", "pool_advantages": True},
 }
 
 
@@ -174,11 +179,22 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
             "runs": runs,
             "reached_target": f"{len(reached)}/{len(runs)}",
             "iterations_to_target_median": _median([r["iterations_to_target"] for r in reached]),
+            "iterations_to_target_mean": _mean([r["iterations_to_target"] for r in reached]),
             "wall_s_to_target_median": _median([r["wall_s_to_target"] for r in reached]),
+            "wall_s_to_target_mean": _mean([r["wall_s_to_target"] for r in reached]),
             "final_val_reward_mean": _mean([r["final_val_reward"] for r in runs]),
             "val_gain_per_iteration_mean": _mean([r["val_gain_per_iteration"] for r in runs]),
             "group_reward_std_mean": _mean([r["group_reward_std_mean"] for r in runs]),
             "zero_std_group_share": _mean([r["zero_std_group_share"] for r in runs]),
+            "zero_std_group_share_first5": _mean(
+                [r.get("zero_std_group_share_first5") for r in runs]
+            ),
+            "explored_selected_group_std_mean": _mean(
+                [r.get("explored_selected_group_std_mean") for r in runs]
+            ),
+            "explored_random_group_std_mean": _mean(
+                [r.get("explored_random_group_std_mean") for r in runs]
+            ),
             "wall_s_per_iteration_mean": _mean([r["wall_s_per_iteration"] for r in runs]),
             "rank_spearman_stale_fresh": {
                 "n": len(rho),
@@ -221,6 +237,10 @@ def _run_figures(run: Run, target_delta: float) -> dict[str, Any]:
         "wall_s_to_target": hit["wall_s"] if hit else None,
         "group_reward_std_mean": _mean([r["group_reward_std_mean"] for r in rows]),
         "zero_std_group_share": zero / max(1, sum(groups) / group_size),
+        "zero_std_group_share_first5": sum(r["zero_std_groups"] for r in rows[:FIRST])
+        / max(1, sum(groups[:FIRST]) / group_size),
+        "explored_selected_group_std_mean": _finite_mean(rows, "explored_selected_group_std"),
+        "explored_random_group_std_mean": _finite_mean(rows, "explored_random_group_std"),
         "wall_s_per_iteration": rows[-1]["wall_s"] / len(rows) if rows else None,
         "spearman": [
             r["rank_spearman_stale_fresh"]
@@ -228,8 +248,24 @@ def _run_figures(run: Run, target_delta: float) -> dict[str, Any]:
             if isinstance(r.get("rank_spearman_stale_fresh"), float)
             and not math.isnan(r["rank_spearman_stale_fresh"])
         ],
-        "config": config,
+        "config": repo_relative(config),
     }
+
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository: paths under it are written relative to it in reports."""
+
+
+def repo_relative(value: Any) -> Any:
+    """``value`` (JSON-like) with every absolute path under the repository made relative to it,
+    so a report holds no path of the machine it ran on."""
+    if isinstance(value, dict):
+        return {k: repo_relative(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [repo_relative(v) for v in value]
+    if isinstance(value, str) and value.startswith(f"{ROOT}/"):
+        return value[len(str(ROOT)) + 1 :]
+    return value
 
 
 def plot_exploration(summary: dict[str, Any], path: Path) -> Path:
@@ -254,6 +290,16 @@ def plot_exploration(summary: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+FIRST = 5
+"""Iterations over which ``zero_std_group_share_first5`` is taken (the start of a run)."""
+
+
+def _finite_mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of the finite values of ``key`` over metrics rows (None when none has one)."""
+    xs = [r[key] for r in rows if isinstance(r.get(key), float) and math.isfinite(r[key])]
+    return _mean(xs)
 
 
 def _mean(xs):

@@ -247,7 +247,28 @@ class ExplorationConfig:
     trainer share a machine's cores (a measured budget would then steal the trainer's time);
     0: measured."""
 
+    selection: str = "max_variance"
+    """Which G of a prompt's explored seeds the rollout keeps (spotlight.explore.seeds.SELECTIONS):
+    'max_variance': the G whose rewards vary most; 'rescue': the first G (random) candidates,
+    replaced by the max-variance G only where those G would be a dead group (all rewards equal)."""
+    pool_advantages: bool = False
+    """``critical_path`` only: a selected group's advantages take their mean and std from all of
+    its prompt's explored candidates instead of the kept G (Reinforce-Ada's correction of
+    selection's bias; the candidates are scored on the rollout's own weights there)."""
+
     def validate(self, group: int) -> None:
+        from spotlight.explore.seeds import SELECTIONS
+
+        if self.selection not in SELECTIONS:
+            raise ValueError(
+                f"exploration.selection must be one of {', '.join(SELECTIONS)},"
+                f" got {self.selection!r}"
+            )
+        if self.pool_advantages and self.mode != "critical_path":
+            raise ValueError(
+                "exploration.pool_advantages needs exploration.mode=critical_path (the"
+                f" candidates' rewards must come from the rollout's weights), got {self.mode!r}"
+            )
         if self.mode not in ("off", "spot", "critical_path"):
             raise ValueError(
                 f"exploration.mode must be off, spot or critical_path, got {self.mode!r}"

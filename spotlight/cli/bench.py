@@ -99,8 +99,11 @@ def _print_summary(summary: dict[str, Any], out: Path, name: str) -> None:
     for mode, m in summary["modes"].items():
         rho = m["rank_spearman_stale_fresh"]["mean"]
         gain = m["val_gain_per_iteration_mean"]
+        its = m.get("iterations_to_target_mean")
         print(
-            f"[bench] {mode}: target reached {m['reached_target']}, final val "
+            f"[bench] {mode}: target reached {m['reached_target']}"
+            + (f" in {its:.1f} iterations (mean)" if its is not None else "")
+            + ", final val "
             f"{m['final_val_reward_mean']:.4f}"
             + (f" ({gain:+.4f} an iteration)" if gain is not None else "")
             + f", group std {m['group_reward_std_mean']:.4f}, "

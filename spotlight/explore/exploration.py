@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spotlight.explore.seeds import max_variance_subset, spearman
+from spotlight.explore.seeds import SELECTIONS, spearman
 from spotlight.flow.streams import EXPLORE_STREAM, SEED_SPACE, iteration_rng
 from spotlight.scheduling.work_queue import ItemResult, Kind, WorkItem
 
@@ -110,9 +110,12 @@ def select_groups(
     fresh_version: int,
     max_staleness: int,
     keep_trajectories: bool = False,
+    rule: str = "max_variance",
 ) -> Selection:
     """Per prompt whose exploration items all finished (and are fresh enough), the ``group``
-    seeds with maximal reward variance; the others fall back to random seeds."""
+    seeds the selection ``rule`` keeps (``SELECTIONS``: by default those with maximal reward
+    variance); the others fall back to random seeds."""
+    choose = SELECTIONS[rule]
     seeds, explored, chosen_rewards, trajs = {}, {}, {}, {}
     fallback = 0
     done_samples = sum(len(r.rewards) for r in results.values())
@@ -122,7 +125,7 @@ def select_groups(
             fallback += 1
             continue
         rewards = [r for i in ids for r in results[i].rewards]
-        pick = max_variance_subset(rewards, group)
+        pick = choose(rewards, group)
         seeds[prompt] = [exp.seeds[prompt][i] for i in pick]
         explored[prompt] = rewards
         chosen_rewards[prompt] = [rewards[i] for i in pick]

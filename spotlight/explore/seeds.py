@@ -78,6 +78,25 @@ def _max_variance_subset_loop(r: np.ndarray, order: np.ndarray, group: int) -> l
     return sorted(int(i) for i in chosen)
 
 
+def rescue_subset(rewards: Sequence[float], group: int) -> list[int]:
+    """The first ``group`` of ``rewards`` (random seeds: candidates are drawn at random) unless
+    their rewards are all equal (a dead group, no gradient): then the max-variance subset.
+
+    Rescues dead groups and leaves live ones as plain GRPO would have drawn them, so a live
+    group keeps its unbiased spread of samples."""
+    if group < 1 or group > len(rewards):
+        n = len(rewards)
+        raise ValueError(f"need 1 <= group <= number of rewards, got group {group} of {n}")
+    head = np.asarray(rewards[:group], dtype=np.float64)
+    if np.all(head == head[0]):
+        return max_variance_subset(rewards, group)
+    return list(range(group))
+
+
+SELECTIONS = {"max_variance": max_variance_subset, "rescue": rescue_subset}
+"""Selection rules by name (``ExplorationConfig.selection``): indices of the kept seeds."""
+
+
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
     if len(a) != len(b) or len(a) < 2:

@@ -6,18 +6,27 @@ Pure torch and no model: the single-process loop and the Ray Train workers call 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, clip: float = 5.0) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    eps: float = 1e-4,
+    clip: float = 5.0,
+    pools: Sequence[Sequence[float] | None] | None = None,
+) -> torch.Tensor:
     """Group-normalized advantages ``A_ij = (r_ij - mean_j r_i) / (std_j r_i + eps)``.
 
     Args:
         rewards: ``(num_prompts, group_size)``; each row is one prompt's group.
         eps: added to the (population) std; a zero-variance group gets all-zero advantages.
         clip: advantages are clipped to ``[-clip, clip]``.
+        pools: per row, None or the rewards of all the candidates the group was selected from:
+            that row's mean and std are then the pool's (``mean_k p_ik``, ``std_k p_ik``), not
+            the group's, so a kept extreme is measured against every candidate.
 
     Raises:
         ValueError: rewards is not 2-D, the group size is < 2, or a reward is not finite.
@@ -29,7 +38,15 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-4, clip: float = 5.0
     if not bool(torch.isfinite(rewards).all()):
         raise ValueError("rewards contain NaN or inf")
     r = rewards.double()
-    adv = (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, unbiased=False, keepdim=True) + eps)
+    mean, std = r.mean(dim=1, keepdim=True), r.std(dim=1, unbiased=False, keepdim=True)
+    if pools is not None:
+        if len(pools) != r.shape[0]:
+            raise ValueError(f"{len(pools)} pools for {r.shape[0]} groups")
+        for i, pool in enumerate(pools):
+            if pool is not None:
+                p = torch.tensor(pool, dtype=torch.float64)
+                mean[i, 0], std[i, 0] = p.mean(), p.std(unbiased=False)
+    adv = (r - mean) / (std + eps)
     return adv.clamp(-clip, clip).float()
 
 

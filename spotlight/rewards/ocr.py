@@ -89,6 +89,15 @@ def ocr_score(recognised: str, target: str) -> float:
     return 1.0 - min(levenshtein(recognised, target), len(target)) / len(target)
 
 
+THRESHOLD_TOLERANCE = 1e-6
+"""Scores within this of a threshold reach it (2/3 is not exact in floating point)."""
+
+
+def binarize(scores: np.ndarray, threshold: float) -> np.ndarray:
+    """1.0 where a graded OCR score reaches ``threshold``, else 0.0 (the binary rewards)."""
+    return (np.asarray(scores, np.float64) >= threshold - THRESHOLD_TOLERANCE).astype(np.float64)
+
+
 def prepare(
     image: np.ndarray, scale: int = 3, resample: str = "bicubic", border: int = 8
 ) -> Image.Image:
@@ -341,6 +350,10 @@ class OcrReward:
                = 1                                              if t is a substring of r
                = 1 - min(Levenshtein(r, t), len(t)) / len(t)    otherwise
 
+    With ``threshold`` set the reward is binary: 1 where the score above reaches ``threshold``,
+    else 0 (``ocr-exact``: 1.0, GenEval's strict style, the word read exactly; ``ocr-2of3``:
+    2/3, at most one letter wrong on a 3-letter word).
+
     ``r`` keeps only words Tesseract is more than ``min_confidence`` sure of (Flow-GRPO keeps
     PaddleOCR words of score > 0; Tesseract's guess on a blank image has confidence 0).
 
@@ -363,6 +376,8 @@ class OcrReward:
             allows all. Only for prompt sets whose targets use nothing else; on clean renders of
             uppercase words it reads no better (benchmarks/ocr_reward.py).
         min_confidence: words of Tesseract confidence (0-100) at or below it are ignored.
+        threshold: None for the graded score; a value in (0, 1] for the binary reward
+            ``score >= threshold``.
         lang: Tesseract language; tessdata: folder of ``{lang}.traineddata`` (default: found).
         tesseract_cmd: the "cli" backend's binary; timeout_s: its limit per process (chunk).
 
@@ -386,9 +401,13 @@ class OcrReward:
         tessdata: str | None = None,
         tesseract_cmd: str = "tesseract",
         timeout_s: float = 600.0,
+        threshold: float | None = None,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         _check_args(backend, workers, scale, resample, border)
+        if threshold is not None and not 0 < threshold <= 1:
+            raise ValueError(f"OcrReward: threshold must be in (0, 1] or None, got {threshold}")
+        self.threshold = threshold
         self.options = TesseractOptions(psm, lang, whitelist, 300, min_confidence)
         self.scale, self.resample, self.border = scale, resample, border
         self.workers = workers or available_cpus()
@@ -407,7 +426,10 @@ class OcrReward:
         check_images(images, prompts, "OcrReward")
         targets = [quoted_target(p) for p in prompts]
         texts = self.read(images)
-        return np.array([ocr_score(r, t) for r, t in zip(texts, targets, strict=True)], np.float32)
+        scores = np.array([ocr_score(r, t) for r, t in zip(texts, targets, strict=True)])
+        if self.threshold is not None:
+            scores = binarize(scores, self.threshold)
+        return scores.astype(np.float32)
 
     def read(self, images: np.ndarray) -> list[str]:
         """What Tesseract reads in each uint8 ``(H, W, 1|3)`` image of the batch."""

@@ -78,16 +78,20 @@ def iteration_batch(
 
 
 def score_groups(
-    rewards: torch.Tensor, cfg: Config, iteration: int = 0
+    rewards: torch.Tensor,
+    cfg: Config,
+    iteration: int = 0,
+    pools: list[list[float] | None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Group advantages of an iteration's flat rewards (prompt-major, G per prompt) and the
-    metrics both loops report: mean reward, mean group std, zero-variance groups.
+    metrics both loops report: mean reward, mean group std, zero-variance groups. ``pools``:
+    per group, the candidates' rewards its advantages are normalized by (``group_advantages``).
 
     With ``cfg.grpo.shuffle_advantages`` (the control of a learning experiment) the advantages
     are permuted at random across the whole batch, seeded by ``(cfg.seed, iteration)``: the
     update keeps its size and noise but loses its signal."""
     grouped = rewards.view(-1, cfg.grpo.group_size)
-    advantages = group_advantages(grouped, cfg.grpo.adv_eps, cfg.grpo.adv_clip)
+    advantages = group_advantages(grouped, cfg.grpo.adv_eps, cfg.grpo.adv_clip, pools)
     if cfg.grpo.shuffle_advantages:
         perm = iteration_rng(cfg.seed, iteration, SHUFFLE_STREAM).permutation(advantages.numel())
         advantages = advantages.flatten()[torch.from_numpy(perm)].view_as(advantages)

@@ -144,6 +144,19 @@ def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp
     # Trained groups are the selected ones (same weights): their std is the selected std.
     assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
 
+    # The same run with the advantages normalized over all 8 candidates (``full_pool``): the
+    # same samples and rewards, another update.
+    pooled = ExplorationConfig(
+        mode="critical_path", max_candidates=8, uniform=True, pool_advantages=True
+    )
+    run_ray(smoke(iterations=1, exploration=pooled), tmp_path / "pool", opts=ray_options())
+    (pool_row,) = _rows(tmp_path / "pool")
+    for key in ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std"):
+        assert pool_row[key] == row[key]
+    plain = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
+    other = load_file(str(tmp_path / "pool" / "checkpoint" / "policy.safetensors"))
+    assert any(not torch.equal(plain[k], other[k]) for k in plain)
+
 
 def _group_noise(cfg):
     import dataclasses

@@ -89,3 +89,60 @@ def test_report_records_are_read_by_run_name(tmp_path):
     }
     (tmp_path / "r.json").write_text(json.dumps(doc))
     assert set(report_records(tmp_path / "r.json")) == {"off-seed0", "spot-seed0"}
+
+
+def test_new_modes_configure_rescue_and_full_pool():
+    base = get_recipe("tiny-ocr")
+    rescue = run_config(base, "rescue", 1).exploration
+    assert (rescue.mode, rescue.selection, rescue.pool_advantages) == ("spot", "rescue", False)
+    pool = run_config(base, "full_pool", 1).exploration
+    assert (pool.mode, pool.selection, pool.pool_advantages) == (
+        "critical_path",
+        "max_variance",
+        True,
+    )
+    for mode in ("rescue", "full_pool"):
+        run_config(base, mode, 0).validate()
+
+
+def test_pool_advantages_need_the_critical_path():
+    cfg = get_recipe("tiny-ocr")
+    bad = dataclasses.replace(
+        cfg, exploration=dataclasses.replace(cfg.exploration, pool_advantages=True)
+    )
+    with pytest.raises(ValueError, match="critical_path"):
+        bad.validate()
+    with pytest.raises(ValueError, match="selection"):
+        dataclasses.replace(
+            cfg, exploration=dataclasses.replace(cfg.exploration, selection="best")
+        ).validate()
+
+
+def test_summary_has_means_first_iterations_dead_share_and_relative_paths(tmp_path):
+    cfg = get_recipe("tiny-ocr")
+    run = tmp_path / "runs" / "spot-seed0"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (run / "val_initial.json").write_text(json.dumps({"val_reward": 0.1}))
+    rows = [
+        {
+            "iteration": i,
+            "wall_s": 10.0 * (i + 1),
+            "num_samples": 64,
+            "zero_std_groups": 4 if i < 5 else 0,
+            "group_reward_std_mean": 0.2,
+            "explored_selected_group_std": 0.4 if i else float("nan"),
+            "explored_random_group_std": 0.1,
+            **({"val_reward": 0.1 + 0.02 * i} if i % 2 else {}),
+        }
+        for i in range(10)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summarize_runs({"spot": [run]}, 0.1)
+    mode = summary["modes"]["spot"]
+    assert mode["zero_std_group_share_first5"] == pytest.approx(0.5)  # 4 of 8 groups
+    assert mode["zero_std_group_share"] == pytest.approx(20 / 80)
+    assert mode["explored_selected_group_std_mean"] == pytest.approx(0.4)  # the NaN left out
+    assert mode["iterations_to_target_mean"] == 6  # 0.1 + 0.02 * 5 at iteration 6
+    checkpoint = mode["runs"][0]["config"]["policy"]["checkpoint"]
+    assert checkpoint == "spotlight/assets/ocr-mini.safetensors"

@@ -82,6 +82,17 @@ def test_a_finished_prompt_gets_its_max_variance_seeds_and_an_unfinished_one_fal
     assert m["explored_random_group_std"] == pytest.approx(0.25)  # the first 2 explored: .5, 0
 
 
+def test_rescue_keeps_the_first_seeds_of_a_live_prompt_and_rescues_a_dead_one():
+    exp = _exp()
+    rewards = {"a": [0.0, 0.0, 0.4, 1.0, 0.6], "c": [0.2, 0.3, 0.9]}
+    results = _finished(exp, rewards, batch=8)
+    sel = select_groups(exp, results, 2, fresh_version=4, max_staleness=2, rule="rescue")
+    assert sel.seeds["c"] == exp.seeds["c"][:2]  # live first two (0.2, 0.3): kept as drawn
+    assert sel.selected_rewards == {"a": [0.0, 1.0], "c": [0.2, 0.3]}  # a's dead 0, 0 rescued
+    default = select_groups(exp, results, 2, fresh_version=4, max_staleness=2)
+    assert default.selected_rewards["c"] == [0.2, 0.9]  # max variance
+
+
 def test_exploration_on_weights_too_stale_is_not_used():
     exp = _exp(version=3)
     results = _finished(exp, {"a": [0.0, 1.0, 0.5, 0.5, 0.5], "c": [0.0, 1.0, 0.5]}, batch=8)

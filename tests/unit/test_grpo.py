@@ -20,6 +20,20 @@ def test_group_advantages_normalize_each_group():
     assert group_advantages(torch.tensor([[0.0, 100.0]]), clip=0.5).abs().max() == 0.5
 
 
+def test_group_advantages_from_a_pool_measure_the_kept_group_against_every_candidate():
+    # kept: one success and three failures of a pool of one success in eight candidates
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.2, 0.4, 0.6, 0.8]])
+    pool = [1.0] + [0.0] * 7
+    adv = group_advantages(r, eps=1e-12, clip=100.0, pools=[pool, None])
+    mean, std = 1 / 8, (7 / 64) ** 0.5
+    expected = torch.tensor([(1 - mean) / std, -mean / std, -mean / std, -mean / std])
+    assert torch.allclose(adv[0], expected.float(), atol=1e-5)
+    assert torch.equal(adv[1], group_advantages(r[1:], eps=1e-12, clip=100.0)[0])  # its own
+    assert torch.equal(group_advantages(r, pools=[None, None]), group_advantages(r))
+    with pytest.raises(ValueError, match="pools"):
+        group_advantages(r, pools=[pool])
+
+
 @pytest.mark.parametrize(
     ("rewards", "match"),
     [

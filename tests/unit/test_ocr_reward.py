@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spotlight.rewards import build_reward
 from spotlight.rewards.ocr import (
     OcrReward,
+    binarize,
     levenshtein,
     ocr_score,
     parse_tsv,
@@ -234,3 +236,33 @@ def test_without_tesserocr_auto_uses_the_binary(monkeypatch: pytest.MonkeyPatch)
         with OcrReward(workers=1) as reward:
             assert reward.backend == "cli"
             assert reward(render_text("HEN")[None], ['"HEN"']).tolist() == [1.0]
+
+
+def test_binarize_keeps_scores_at_or_above_the_threshold() -> None:
+    scores = np.array([0.0, 1 / 3, 2 / 3, 1.0])
+    assert binarize(scores, 1.0).tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert binarize(scores, 2 / 3).tolist() == [0.0, 0.0, 1.0, 1.0]
+    assert binarize(np.array([1 - 1 / 3]), 2 / 3).tolist() == [1.0]  # 0.666...6 reaches 2/3
+    with pytest.raises(ValueError, match="threshold"):
+        OcrReward(threshold=0.0)
+
+
+@needs_tesseract
+def test_binary_rewards_are_the_graded_score_thresholded(reward: OcrReward) -> None:
+    ws = words(12, seed=5)
+    clean = np.stack([render_text(w) for w in ws])
+    # half the signs show a word with one letter changed: graded 2/3 where read well
+    other = [w[:2] + ("A" if w[2] != "A" else "B") for w in ws]
+    images = np.concatenate([clean, np.stack([render_text(w) for w in other])])
+    prompts = signs(ws) * 2
+    graded = reward(images, prompts)
+    exact, two = build_reward("ocr-exact"), build_reward("ocr-2of3")
+    try:
+        np.testing.assert_array_equal(exact(images, prompts), binarize(graded, 1.0))
+        np.testing.assert_array_equal(two(images, prompts), binarize(graded, 2 / 3))
+        assert exact(images, prompts)[12:].max() == 0.0  # a wrong letter is never exact
+        assert two(images, prompts)[12:].mean() >= 0.75  # ...but mostly two of three
+        assert pickle.loads(pickle.dumps(exact)).threshold == 1.0
+    finally:
+        exact.close()
+        two.close()

@@ -1,0 +1,66 @@
+"""Dead-group statistics against brute force over every G-subset; the rescue selection rule."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from spotlight.explore.dead_groups import (
+    dead_probability_random,
+    expected_std_random,
+    group_statistics,
+    is_dead,
+    selected_std,
+)
+from spotlight.explore.seeds import SELECTIONS, max_variance_subset, rescue_subset
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_dead_probability_is_the_share_of_all_equal_subsets(trial):
+    rng = np.random.default_rng(trial)
+    n = int(rng.integers(2, 9))
+    g = int(rng.integers(1, n + 1))
+    rewards = rng.choice([0.0, 1 / 3, 2 / 3, 1.0], size=n, p=[0.6, 0.1, 0.1, 0.2]).tolist()
+    subsets = list(itertools.combinations(rewards, g))
+    brute = sum(len(set(s)) == 1 for s in subsets) / len(subsets)
+    assert dead_probability_random(rewards, g) == pytest.approx(brute, abs=1e-12)
+
+
+def test_binary_dead_probability_by_formula():
+    # 2 successes among 32: a random 8 is dead when it holds neither: C(30, 8) / C(32, 8)
+    rewards = [1.0, 1.0] + [0.0] * 30
+    assert dead_probability_random(rewards, 8) == pytest.approx((24 * 23) / (32 * 31))
+    assert not is_dead(rewards) and is_dead([0.5] * 4)
+    assert dead_probability_random([0.0] * 10, 8) == 1.0
+
+
+def test_expected_std_random_approaches_the_exact_mean():
+    rewards = [1.0, 1.0] + [0.0] * 6  # G = 4 of 8: exact mean std over all 70 subsets
+    exact = np.mean([np.std(s) for s in itertools.combinations(rewards, 4)])
+    estimate = expected_std_random(rewards, 4, np.random.default_rng(0))
+    assert estimate == pytest.approx(exact, abs=0.02)
+
+
+def test_group_statistics_on_a_sparse_binary_prompt_set():
+    live = [1.0] + [0.0] * 31  # one success in 32: selection always finds it
+    dead = [0.0] * 32
+    stats = group_statistics([live, dead], 8)
+    assert stats["mean"] == pytest.approx(1 / 64)
+    assert stats["dead_share_max_variance"] == 0.5
+    assert stats["dead_share_random"] == pytest.approx((1 + 24 / 32) / 2)
+    assert stats["std_selected"] == pytest.approx(selected_std(live, 8) / 2)
+    assert selected_std(live, 8) == pytest.approx(np.std([1.0] + [0.0] * 7))
+    with pytest.raises(ValueError, match="no prompts"):
+        group_statistics([], 8)
+
+
+def test_rescue_keeps_a_live_random_group_and_rescues_a_dead_one():
+    live_head = [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    assert rescue_subset(live_head, 3) == [0, 1, 2]
+    dead_head = [0.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    assert rescue_subset(dead_head, 3) == max_variance_subset(dead_head, 3)
+    assert sorted(dead_head[i] for i in rescue_subset(dead_head, 3)) == [0.0, 1.0, 1.0]
+    assert rescue_subset([0.0] * 6, 3) == max_variance_subset([0.0] * 6, 3)  # nothing to rescue
+    assert set(SELECTIONS) == {"max_variance", "rescue"}
+    with pytest.raises(ValueError, match="group"):
+        rescue_subset([1.0], 2)
