@@ -36,7 +36,11 @@ def _exploration(args: argparse.Namespace) -> int:
     out = Path(args.out)
     name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
-    reuse = report_records(Path(args.reuse)) if args.reuse else None
+    reuse = None
+    if args.reuse and Path(args.reuse).exists():
+        reuse = report_records(Path(args.reuse))
+    elif args.reuse:  # the first call of a bench that spans sessions: nothing to reuse yet
+        print(f"[bench] --reuse {args.reuse}: no such report yet, every run is run")
 
     def report(runs) -> dict[str, Any]:
         return _write_report(runs, cfg, args, out, name)
@@ -171,5 +175,6 @@ def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
         "--reuse",
         metavar="REPORT",
         help="exploration: an earlier report (NAME.json) whose runs of the same config count as"
-        " finished; a bench spans sessions that keep the report but not --out's run folders",
+        " finished (none yet if it does not exist); a bench spans sessions that keep the report"
+        " but not --out's run folders",
     )
