@@ -151,9 +151,10 @@ def _reusable(reuse: dict[str, dict[str, Any]] | None, name: str, cfg: Config):
 
 
 def _same_config(ran: dict[str, Any], cfg: Config) -> bool:
-    # Through from_dict: a field added since the run was written takes its default there too.
-    ran = Config.from_dict(ran).to_dict()
-    return json.loads(json.dumps(ran)) == json.loads(json.dumps(cfg.to_dict()))
+    # Through from_dict: a field added since the run was written takes its default there too;
+    # paths compare relative to the repository, as reports write them.
+    ran = repo_relative(Config.from_dict(ran).to_dict())
+    return json.loads(json.dumps(ran)) == json.loads(json.dumps(repo_relative(cfg.to_dict())))
 
 
 def _check_same_config(run_dir: Path, cfg: Config) -> None:

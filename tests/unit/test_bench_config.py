@@ -11,6 +11,7 @@ import pytest
 from spotlight.bench import (
     _check_same_config,
     finished_runs,
+    repo_relative,
     report_records,
     run_config,
     summarize_runs,
@@ -146,3 +147,12 @@ def test_summary_has_means_first_iterations_dead_share_and_relative_paths(tmp_pa
     assert mode["iterations_to_target_mean"] == 6  # 0.1 + 0.02 * 5 at iteration 6
     checkpoint = mode["runs"][0]["config"]["policy"]["checkpoint"]
     assert checkpoint == "spotlight/assets/ocr-mini.safetensors"
+
+
+def test_a_record_with_repository_relative_paths_is_the_same_config(tmp_path):
+    base = get_recipe("tiny-ocr")  # its checkpoint: an absolute path into the repository
+    configs = {("off", 0): run_config(base, "off", 0)}
+    record = _record(configs["off", 0])
+    record["config"] = repo_relative(record["config"])  # as a report writes it
+    assert record["config"]["policy"]["checkpoint"] == "spotlight/assets/ocr-mini.safetensors"
+    assert finished_runs(tmp_path, configs, {"off-seed0": record}) == {"off": [record]}
