@@ -337,22 +337,10 @@ class Controller:
 
     def _collect_exploration(self, exp, fresh_version: int) -> None:
         """Take what finished (unfinished items are withdrawn), select, learn."""
-        from spotlight.explore.exploration import select_groups
-
         ids = exp.all_item_ids()
         if self.cfg.exploration.budget_seeds and ids:  # a fixed budget is explored in full
             self.queue.wait_all(ids, f"iteration {exp.iteration + 1} exploration")
-        results = self.queue.collect(ids)
-        sel = select_groups(
-            exp,
-            results,
-            self.cfg.grpo.group_size,
-            fresh_version,
-            self.cfg.exploration.max_staleness,
-            rule=self.cfg.exploration.selection,
-        )
-        for prompt, rewards in sel.explored.items():
-            self.planner.observe(prompt, rewards)
+        sel = self._select(exp, self.queue.collect(ids), fresh_version)
         self.next_selection = sel
         self.next_explore_metrics = {
             **sel.metrics(),
@@ -361,9 +349,28 @@ class Controller:
             "explore_weights_version": exp.weights_version,
         }
 
+    def _select(self, exp, results, fresh_version: int, keep_trajectories: bool = False):
+        """The kept seeds of what ``exp`` explored (``exploration.selection``); the planner
+        learns from every explored prompt."""
+        from spotlight.explore.exploration import select_groups
+
+        x = self.cfg.exploration
+        sel = select_groups(
+            exp,
+            results,
+            self.cfg.grpo.group_size,
+            fresh_version,
+            x.max_staleness,
+            keep_trajectories,
+            x.selection,
+        )
+        for prompt, rewards in sel.explored.items():
+            self.planner.observe(prompt, rewards)
+        return sel
+
     def _explore_now(self, it: int, version: int, unique: list[str], budget: int):
         """Critical-path exploration: explore on ``version`` and wait for all of it."""
-        from spotlight.explore.exploration import Exploration, select_groups
+        from spotlight.explore.exploration import Exploration
 
         cfg = self.cfg
         init = self._groups(it)[1]
@@ -371,17 +378,7 @@ class Controller:
         exp = Exploration(it, version, unique, plan, budget=budget, init_seeds=init)
         items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
         results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
-        sel = select_groups(
-            exp,
-            results,
-            cfg.grpo.group_size,
-            version,
-            cfg.exploration.max_staleness,
-            True,
-            rule=cfg.exploration.selection,
-        )
-        for prompt, rewards in sel.explored.items():
-            self.planner.observe(prompt, rewards)
+        sel = self._select(exp, results, version, keep_trajectories=True)
         return sel, {
             **sel.metrics(),
             "explore_budget_predicted": budget,
