@@ -3,7 +3,7 @@
 On a GPU cluster:
 
 1. Download the weights once, on a machine with internet, into shared storage:
-   ``huggingface-cli download Qwen/Qwen-Image --local-dir /shared/models/Qwen-Image``.
+   ``hf download Qwen/Qwen-Image --local-dir /shared/models/Qwen-Image``.
 2. Point the run at that folder: ``policy.checkpoint=/shared/models/Qwen-Image`` (this module
    never downloads anything; a missing folder is an error).
 3. GPU memory: ~41 GB for the bf16 transformer + ~16 GB for the bf16 Qwen2.5-VL text encoder
@@ -138,7 +138,7 @@ class QwenImagePolicy(nn.Module):
 
         Args:
             path: Folder with model_index.json and scheduler/ transformer/ vae/ text_encoder/
-                tokenizer/, e.g. from ``huggingface-cli download Qwen/Qwen-Image``.
+                tokenizer/, e.g. from ``hf download Qwen/Qwen-Image``.
             device: Where the policy runs (components are loaded on the CPU, then moved).
             dtype: Dtype of the base weights (a torch dtype or its name, e.g. "bfloat16").
             lora_rank: LoRA rank.
@@ -332,7 +332,7 @@ def find_model_folder(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"Qwen-Image folder {str(path)!r} {what}. policy.checkpoint must be a local "
             "diffusers-format folder (Hub ids are not fetched): on a machine with internet run "
-            "`huggingface-cli download Qwen/Qwen-Image --local-dir /shared/models/Qwen-Image`, "
+            "`hf download Qwen/Qwen-Image --local-dir /shared/models/Qwen-Image`, "
             "then set policy.checkpoint to that folder."
         )
     return folder

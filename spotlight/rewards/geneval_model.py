@@ -114,8 +114,7 @@ def geneval_folder(path: str | Path | None = None) -> Path:
 
 def _how_to_get(folder: Path) -> str:
     fetch = "; ".join(
-        f"`huggingface-cli download {repo} --local-dir {folder / part}`"
-        for part, (repo, _) in _PARTS.items()
+        f"`hf download {repo} --local-dir {folder / part}`" for part, (repo, _) in _PARTS.items()
     )
     return (
         f"GenEvalModelReward loads local Hugging Face folders (nothing is downloaded at run time):"

@@ -39,7 +39,7 @@ def find_clip_folder(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"CLIP folder {str(path)!r} {what}. ClipScoreReward loads a local Hugging Face folder "
             "(nothing is downloaded at run time): on a machine with internet run "
-            "`huggingface-cli download openai/clip-vit-base-patch32 --local-dir "
+            "`hf download openai/clip-vit-base-patch32 --local-dir "
             f"{DEFAULT_CLIP_PATH}`, copy it to the cluster's shared storage, and pass that folder "
             "as path (or set $SPOTLIGHT_CLIP_MODEL)."
         )

@@ -91,7 +91,7 @@ def find_ocr_folder(path: str | Path) -> Path:
         raise FileNotFoundError(
             f"GOT-OCR folder {str(path)!r} {what}. OcrModelReward loads a local Hugging Face "
             "folder (nothing is downloaded at run time): on a machine with internet run "
-            f"`huggingface-cli download {HUB_ID} --local-dir GOT-OCR-2.0-hf`, copy that folder "
+            f"`hf download {HUB_ID} --local-dir GOT-OCR-2.0-hf`, copy that folder "
             f"to the cluster's shared storage (e.g. {DEFAULT_OCR_PATH}), and pass it with "
             f"--reward-model (or set ${ENV_VAR})."
         )

@@ -202,7 +202,7 @@ def test_colors_are_genevals(reward: GenEvalModelReward):
 def test_missing_folders_say_how_to_get_the_models(tmp_path: Path, folder: Path):
     with pytest.raises(FileNotFoundError, match="does not exist") as e:
         find_geneval_folders(tmp_path / "nowhere")
-    for needed in ("--reward-model", "$SPOTLIGHT_GENEVAL_MODELS", "huggingface-cli download"):
+    for needed in ("--reward-model", "$SPOTLIGHT_GENEVAL_MODELS", "hf download"):
         assert needed in str(e.value)
     assert "facebook/mask2former-swin-small-coco-instance" in str(e.value)
     assert "openai/clip-vit-large-patch14" in str(e.value)

@@ -76,7 +76,7 @@ def test_checks_images(reward: ClipScoreReward) -> None:
 
 def test_missing_folder_says_how_to_get_the_weights(tmp_path: Path, clip_folder: Path) -> None:
     missing = tmp_path / "no-such-clip"
-    with pytest.raises(FileNotFoundError, match="huggingface-cli download openai/clip") as e:
+    with pytest.raises(FileNotFoundError, match="hf download openai/clip") as e:
         ClipScoreReward(missing)
     assert str(missing) in str(e.value) and "does not exist" in str(e.value)
     partial = tmp_path / "partial"

@@ -166,7 +166,7 @@ def test_missing_folder_says_how_to_get_it(tmp_path: Path) -> None:
         OcrModelReward(tmp_path / "nowhere")
     message = str(err.value)
     assert "does not exist" in message and "--reward-model" in message
-    assert "huggingface-cli download stepfun-ai/GOT-OCR-2.0-hf" in message
+    assert "hf download stepfun-ai/GOT-OCR-2.0-hf" in message
     assert "$SPOTLIGHT_OCR_MODEL" in message
 
 

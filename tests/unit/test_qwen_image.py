@@ -224,7 +224,7 @@ def test_decode_gives_uint8_images(policy: QwenImagePolicy) -> None:
 
 def test_missing_folder_says_how_to_get_the_weights(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
-    with pytest.raises(FileNotFoundError, match="huggingface-cli download Qwen/Qwen-Image") as e:
+    with pytest.raises(FileNotFoundError, match="hf download Qwen/Qwen-Image") as e:
         QwenImagePolicy.from_pretrained(missing)
     assert str(missing) in str(e.value) and "does not exist" in str(e.value)
     with pytest.raises(FileNotFoundError, match=r"lacks model_index\.json"):
