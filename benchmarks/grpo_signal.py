@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from spotlight.bench import repo_relative
 from spotlight.config import GRPO_LOSSES, apply_overrides
 from spotlight.flow.grpo import grpo_loss
 from spotlight.flow.sampler import sample, step_log_prob
@@ -165,7 +166,7 @@ def main() -> None:
         )
     doc = {
         "recipe": cfg.recipe,
-        "checkpoint": cfg.policy.checkpoint,
+        "checkpoint": repo_relative(cfg.policy.checkpoint),  # inside the repository: relative
         "batch_size": n,
         "prompts": args.prompts,
         "group_size": cfg.grpo.group_size,

@@ -9,9 +9,10 @@ noise, the advantages lose their link to the images). Every run scores the same 
 prompts with the same fixed seeds before and after training, so ``initial_val_reward`` is the
 base model's score on exactly what ``final_val_reward`` is scored on. The runs go to
 ``--runs/<mode>-<seed>``; a re-run reuses finished runs and resumes unfinished ones, so the
-bench can span sessions. Writes ``learn-<task>.json``: ``task``, ``recipe``, ``val_prompts``,
-``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``, ``final_val_reward``,
-``gain``, ``wall_s``, ``command``), the mean gain of the training runs, and the validation
+bench can be stopped and run again. Writes ``learn-<task>.json``: ``task``, ``recipe``,
+``val_prompts``, ``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``,
+``final_val_reward``, ``gain``, ``wall_s``, ``command``, its paths inside the repository
+relative to it), the mean gain of the training runs, and the validation
 curves as ``learn-<task>.png`` (``--name`` names them otherwise, for a reward variant). One
 run at a time:
 the wall times are only comparable with nothing else running. Results: docs/tasks.md.
@@ -27,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spotlight.bench import repo_relative
 from spotlight.config import Config, apply_overrides
 from spotlight.recipes import RECIPES, get_recipe
 
@@ -66,7 +68,7 @@ def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
         "gain": s["final_val_reward"] - s["initial_val_reward"],
         "wall_s": round(s["wall_s"], 1),
         "num_iterations": s["num_iterations"],
-        "command": shlex.join(cmd),
+        "command": shlex.join(repo_relative(cmd)),  # paths inside the repository: relative
     }
 
 

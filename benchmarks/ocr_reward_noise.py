@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from spotlight.bench import repo_relative
 from spotlight.flow.sampler import sample
 from spotlight.policies.tiny import TinyPolicy
 from spotlight.recipes import TASK_SAMPLER
@@ -84,8 +85,9 @@ def main() -> None:
             row[f"retest_abs_change_{name}"] = float(np.abs(reward(copy, flat) - r).mean())
         rows.append(row)
         print(f"[ocr-noise] {row}", flush=True)
+    checkpoint = repo_relative(args.checkpoint)  # inside the repository: relative to it
     doc = {
-        "checkpoint": args.checkpoint,
+        "checkpoint": checkpoint,
         "prompts": args.prompts,
         "seeds": args.seeds,
         "sampler": TASK_SAMPLER.__dict__,
@@ -93,7 +95,7 @@ def main() -> None:
         "seconds": time.perf_counter() - t0,
         "machine": platform.machine(),
         "command": "python benchmarks/ocr_reward_noise.py "
-        f"--checkpoint {args.checkpoint} --prompts {args.prompts} --seeds {args.seeds}",
+        f"--checkpoint {checkpoint} --prompts {args.prompts} --seeds {args.seeds}",
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

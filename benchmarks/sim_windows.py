@@ -1,11 +1,11 @@
-"""The simulator on every shipped spot trace, 8 start windows each: issue 17's bar.
+"""The simulator on every shipped spot trace, 8 start windows each, against Spotlight's goal.
 
 python benchmarks/sim_windows.py --out docs/sim/windows [--scenarios paper-512 paper-1280]
 
 For each scenario and shipped trace it runs ``spotlight simulate --scenario S --trace T
 --trace-windows 8`` (all systems) into ``<runs>/<S>/<trace>/`` (a re-run reuses finished
 ones), times it, and keeps its ``summary.json`` and ``report.md`` under ``--out``. Then it
-checks, on the median window of each, the goal of issue 17 against the baselines users would
+checks, on the median window of each, Spotlight's goal against the baselines users would
 run (``sim_report.BASELINES``; the ablations are Spotlight with a part changed):
 
 - no baseline both faster and cheaper than Spotlight;
@@ -13,7 +13,7 @@ run (``sim_report.BASELINES``; the ablations are Spotlight with a part changed):
 - Spotlight cheaper than every baseline with the same total GPUs;
 
 and writes ``windows.json`` and ``windows.md`` (the table docs/simulator.md shows). One
-simulation at a time: the wall times are the bar's figure.
+simulation at a time, so that the wall times measure the simulator alone.
 """
 
 from __future__ import annotations
@@ -134,6 +134,13 @@ def markdown(rows: list[dict]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def without_images(report_md: str) -> str:
+    """A run's report.md without its plot lines: the plots stay in ``--runs``, not in the
+    kept copy, whose links would otherwise point at files that are not there."""
+    lines = report_md.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.lstrip().startswith("!["))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("docs/sim/windows"))
@@ -148,8 +155,9 @@ def main() -> None:
             s = run_one(scenario, trace, args.runs, args.windows)
             keep = args.out / scenario / Path(trace).stem
             keep.mkdir(parents=True, exist_ok=True)
-            for name in ("summary.json", "report.md"):
-                shutil.copy(args.runs / scenario / trace / name, keep / name)
+            shutil.copy(args.runs / scenario / trace / "summary.json", keep / "summary.json")
+            report_md = (args.runs / scenario / trace / "report.md").read_text()
+            (keep / "report.md").write_text(without_images(report_md))
             rows.append(row(scenario, trace, s))
             print(f"[sim-windows] {scenario} {trace}: {rows[-1]['wall_s']:.0f} s", flush=True)
     (args.out / "windows.json").write_text(json.dumps(rows, indent=1))

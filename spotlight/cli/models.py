@@ -34,6 +34,7 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from spotlight.bench import repo_relative
     from spotlight.config import PolicyConfig
     from spotlight.policies import make_policy
     from spotlight.recipes import TASK_SAMPLER
@@ -54,7 +55,8 @@ def _eval(args: argparse.Namespace) -> int:
         policy, reward, prompts, args.num_seeds, sampler, chunk=64, log=sys.stdout
     )
     extra = {"sampler": dataclasses.asdict(sampler), "seconds": time.perf_counter() - t0}
-    path = write_eval(Path(args.out), task.name, checkpoint, scores, extra)
+    # eval.json names a checkpoint inside the repository by its path relative to it
+    path = write_eval(Path(args.out), task.name, repo_relative(checkpoint), scores, extra)
     doc = json.loads(path.read_text())
     print(
         f"[eval] {task.name}: mean reward {doc['mean_reward']:.4f} over {len(prompts)} prompts "

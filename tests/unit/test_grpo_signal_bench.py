@@ -34,3 +34,20 @@ def test_awm_signal_and_the_per_step_refusal(monkeypatch, tmp_path):
     assert -1.0 <= doc["real"]["cosine_mean"] <= 1.0
     with pytest.raises(SystemExit):
         _run(monkeypatch, tmp_path, "--loss", "awm", "--per-step")
+
+
+def test_a_checkpoint_inside_the_repository_is_written_relative_to_it(monkeypatch, tmp_path):
+    root = SCRIPT.parents[1]
+    ckpt = root / "spotlight" / "assets" / "ocr-mini.safetensors"
+    _run(
+        monkeypatch,
+        tmp_path,
+        "--set",
+        f"policy.checkpoint={ckpt}",
+        "--set",
+        "policy.options={}",
+        "--name",
+        "rel",
+    )
+    doc = json.loads((tmp_path / "rel.json").read_text())
+    assert doc["checkpoint"] == "spotlight/assets/ocr-mini.safetensors"
