@@ -1,6 +1,6 @@
 """Where and how wide the Ray job runs: :class:`RayOptions` (the algorithm is in ``Config``).
 
-The command line's Ray flags (``spotlight train --num-samplers ...``) take their defaults from
+The command line's Ray flags (``spotlight train --samplers ...``) take their defaults from
 these fields; ``validate`` refuses a bad combination before Ray starts.
 """
 

@@ -18,8 +18,8 @@ iteration and against time), again after every run, so a stopped bench has repor
 finished.
 
 A re-run reuses the finished run folders under ``DIR/runs``, and, with ``reuse``, the run records
-of an earlier report (each holds the config it ran): a bench can span sessions that do not keep
-the run folders, as long as the report is kept.
+of an earlier report (each holds the config it ran): a bench can be stopped and resumed where the
+run folders are not kept, as long as the report is.
 """
 
 from __future__ import annotations

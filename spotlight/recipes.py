@@ -95,7 +95,8 @@ def tiny_ocr() -> Config:
     and seed exploration on: the embedded default, and the recipe that raises the validation
     reward on a 2-core CPU (docs/tasks.md, "RL that learns: OCR-mini v2"; docs/bench/
     learn-ocr-mini.json). 40 iterations of 8 prompts x 8 images; validation on 128 prompts x 4
-    fixed seeds before and after (the bar's runs also validated at 20: ``--set val_every=20``).
+    fixed seeds before and after (the learning check's runs also validated at 20:
+    ``--set val_every=20``).
 
     Flow-GRPO's gradient carried no signal above its control at this batch size
     (grpo_signal-tiny-ocr-v2.json), DiffusionNFT's did; at lr 1e-4 NFT collapsed (0.218 ->

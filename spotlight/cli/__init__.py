@@ -1,4 +1,7 @@
-"""The ``spotlight`` command: ``spotlight train`` (more subcommands join as they land)."""
+"""The spotlight command: train (RL post-training of a DiT policy, on Ray by default), pretrain
+(a tiny base model for a task), eval (a tiny checkpoint scored on a task's validation prompts),
+simulate (Spotlight and its baselines in a trace-driven cluster simulation) and bench
+(benchmarks that need real runs: exploration, regroup)."""
 
 from __future__ import annotations
 

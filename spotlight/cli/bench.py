@@ -39,13 +39,13 @@ def _exploration(args: argparse.Namespace) -> int:
     reuse = None
     if args.reuse and Path(args.reuse).exists():
         reuse = report_records(Path(args.reuse))
-    elif args.reuse:  # the first call of a bench that spans sessions: nothing to reuse yet
+    elif args.reuse:  # the first call of a resumable bench: nothing to reuse yet
         print(f"[bench] --reuse {args.reuse}: no such report yet, every run is run")
 
     def report(runs) -> dict[str, Any]:
         return _write_report(runs, cfg, args, out, name)
 
-    if args.report_only:  # what has finished so far (a bench can span sessions)
+    if args.report_only:  # what has finished so far (a bench can be stopped and resumed)
         summary = report(finished_runs(out, run_configs(cfg, modes, args.seeds), reuse))
     else:
         connect(opts)  # one Ray for all runs
@@ -175,6 +175,6 @@ def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
         "--reuse",
         metavar="REPORT",
         help="exploration: an earlier report (NAME.json) whose runs of the same config count as"
-        " finished (none yet if it does not exist); a bench spans sessions that keep the report"
-        " but not --out's run folders",
+        " finished (none yet if it does not exist); so a bench resumes on a machine that keeps the"
+        " report but not --out's run folders",
     )

@@ -105,7 +105,9 @@ def add_parser(sub) -> None:
     from spotlight.job.options import RayOptions
 
     ray_defaults = RayOptions()  # the CLI's defaults are the dataclass's
-    train = sub.add_parser("train", help="run Flow-GRPO training (on Ray by default)")
+    train = sub.add_parser(
+        "train", help="RL post-training (Flow-GRPO or DiffusionNFT; on Ray by default)"
+    )
     _add_what_flags(train)
     _add_where_flags(train, ray_defaults)
     _add_worker_flags(train, ray_defaults)
