@@ -31,6 +31,8 @@ RESOURCE_SAMPLER = "sampler_gpu"
 """One unit per GPU that may run sampling replicas (spot, or the on-demand fallback)."""
 RESOURCE_TRAINER = "trainer_gpu"
 """One unit per on-demand GPU reserved for the Ray Train trainer."""
+RESOURCE_REWARD = "reward_gpu"
+"""One unit per on-demand GPU reserved for a model reward (never a trainer's or a sampler's)."""
 
 SERVE_APP = "spotlight"
 """The Serve application of the sampler replicas and the reward deployment."""

@@ -21,8 +21,9 @@ def reward_scorer(
     from spotlight.actors import names
 
     actor = {"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
-    if gpus > 0:
+    if gpus > 0:  # a GPU reserved for the reward: never one a trainer or a sampler counts on
         actor["num_gpus"] = gpus
+        actor["resources"][names.RESOURCE_REWARD] = gpus
     return RewardScorer.options(ray_actor_options=actor).bind(reward, threads, idle_priority, model)
 
 

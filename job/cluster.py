@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 from typing import TextIO
 
 from spotlight import progress
 from spotlight.job.options import RayOptions, local_resources
+from spotlight.scheduling.capacity import NodeType, job_roles, node_types, shortfalls
 
 
 def connect(opts: RayOptions, log: TextIO | None = None):
@@ -70,43 +72,73 @@ def connect(opts: RayOptions, log: TextIO | None = None):
     return True, None
 
 
-def check_capacity(opts: RayOptions, autoscaling: bool = False, log: TextIO | None = None) -> None:
-    """Refuse a cluster that cannot host samplers or the trainer, before any work starts.
+AUTOSCALER_CONFIG = "~/ray_bootstrap_config.yaml"
+"""Where ``ray up`` leaves the cluster's full config on the head (the driver of a submitted job
+runs there); ``SPOTLIGHT_CLUSTER_CONFIG`` names another file."""
 
-    A cluster must mark its nodes ``spot`` / ``on_demand`` (cluster.yaml). On an autoscaling
-    cluster, missing sampler or trainer capacity is only reported: pending Serve replicas and
-    Train workers are what make the autoscaler add those nodes.
-    """
+
+def autoscaler_config() -> tuple[dict | None, str]:
+    """The cluster launcher's config of the cluster the driver runs in, and its path (None
+    where there is none: a local Ray, or nodes started by hand)."""
+    import yaml
+
+    name = os.environ.get("SPOTLIGHT_CLUSTER_CONFIG", AUTOSCALER_CONFIG)
+    path = Path(name).expanduser()
+    if not path.is_file():
+        return None, name
+    return yaml.safe_load(path.read_text()), name
+
+
+def live_node_types() -> list[NodeType]:
+    """Every live node as a node type of one: what a cluster without an autoscaler has."""
     import ray
 
+    return [
+        NodeType(f"node {n['NodeManagerAddress']}", n["Resources"], 1)
+        for n in ray.nodes()
+        if n["Alive"]
+    ]
+
+
+def check_capacity(
+    opts: RayOptions,
+    reward_gpus: float = 0.0,
+    joined: bool = False,
+    trace: bool = False,
+    log: TextIO | None = None,
+) -> None:
+    """Refuse a job its cluster can never hold, before anything is deployed (the CLI exits 2).
+
+    ``joined``: the driver joined a cluster. Where that cluster was started by ``ray up`` its
+    autoscaler's node types, each at its ``max_workers``, are what the job is judged on, and
+    capacity not up yet is only waited for (pending replicas and trainer workers are what make
+    the autoscaler add nodes); elsewhere the live nodes are all there is. ``trace``: a local
+    spot-trace replay, whose sampler nodes the trace adds later.
+    """
     from spotlight.actors import names
 
-    res = ray.cluster_resources()
-    if res.get(names.RESOURCE_SPOT, 0) <= 0 and res.get(names.RESOURCE_ON_DEMAND, 0) <= 0:
+    config, path = autoscaler_config() if joined else (None, "")
+    types = node_types(config) if config is not None else live_node_types()
+    source = f"the node types of {path}" if config is not None else "its live nodes"
+    markets = (names.RESOURCE_SPOT, names.RESOURCE_ON_DEMAND)
+    if not any(t.resources.get(m, 0) > 0 for t in types for m in markets):
         raise ValueError(
             "this Ray cluster cannot run the job: no node offers the 'spot' or 'on_demand'"
             " resource (start it from cluster.yaml, or mark nodes with"
             " `ray start --resources '{\"on_demand\": 1, ...}'`)"
         )
-    missing = []
-    if res.get(names.RESOURCE_SAMPLER, 0) < opts.workers_per_replica:
-        missing.append(
-            f"'{names.RESOURCE_SAMPLER}' capacity {res.get(names.RESOURCE_SAMPLER, 0):g} is less"
-            f" than one sampler replica needs ({opts.workers_per_replica}: its SP workers; spot or"
-            " on-demand sampler nodes, see cluster.yaml)"
-        )
-    if res.get(names.RESOURCE_TRAINER, 0) < opts.num_train_workers:
-        missing.append(
-            f"'{names.RESOURCE_TRAINER}' capacity {res.get(names.RESOURCE_TRAINER, 0):g} is less"
-            f" than the {opts.num_train_workers} trainer workers asked for (on-demand trainer"
-            " nodes; see cluster.yaml)"
-        )
-    if not missing:
-        return
-    if autoscaling:
-        progress.line(log, "[spotlight] waiting for the autoscaler: " + "; ".join(missing))
-        return
-    raise ValueError("this Ray cluster cannot run the job: " + "; ".join(missing))
+    roles = job_roles(
+        opts.num_train_workers, opts.num_samplers, opts.workers_per_replica, reward_gpus
+    )
+    if trace:  # the trace adds the sampler nodes; the replicas wait for them
+        roles = [r for r in roles if names.RESOURCE_SAMPLER not in r.per_unit]
+    missing = shortfalls(types, roles)
+    if missing:
+        raise ValueError(f"this Ray cluster can never run the job ({source}): {'; '.join(missing)}")
+    if config is not None:
+        waiting = shortfalls(live_node_types(), roles)
+        if waiting:
+            progress.line(log, "[spotlight] waiting for the autoscaler: " + "; ".join(waiting))
 
 
 def cleanup() -> None:

@@ -138,4 +138,5 @@ def local_resources(opts: RayOptions) -> dict[str, float]:
         names.RESOURCE_CONTROL: 1.0,
         names.RESOURCE_SAMPLER: float(opts.num_samplers * opts.workers_per_replica),
         names.RESOURCE_TRAINER: float(opts.num_train_workers),
+        names.RESOURCE_REWARD: max(1.0, opts.reward_gpus or 0.0),
     }

@@ -84,7 +84,13 @@ def _run_ray(
 
     ctl = Controller(cfg, out_dir, opts, log, injector)
     try:
-        check_capacity(opts, autoscaling=not started_here or injector is not None, log=log)
+        check_capacity(
+            opts,
+            reward_gpus=opts.scorer_gpus(cfg.reward),
+            joined=not started_here,
+            trace=injector is not None,
+            log=log,
+        )
         start, version = ctl.start(resume)
         run = _Run(ctl, start, resume)
         if start == 0:

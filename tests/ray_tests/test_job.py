@@ -82,12 +82,34 @@ def test_two_data_parallel_train_workers_give_the_single_process_update(local_ra
         torch.testing.assert_close(trained[k], v, atol=1e-5, rtol=1e-4)
 
 
-def test_a_cluster_without_sampler_capacity_is_refused_before_work(local_ray, tmp_path):
+def test_a_job_the_cluster_can_never_hold_is_refused_before_work(local_ray, tmp_path, monkeypatch):
+    """Live nodes only: refused. With an autoscaler whose node types can hold it: waited for,
+    and said so. With node types that never can: refused, naming the shortfall and the flag."""
+    import io
+
+    import yaml
+
+    from spotlight.actors import names
     from spotlight.job.cluster import check_capacity
 
-    with pytest.raises(ValueError, match="trainer workers"):
+    with pytest.raises(ValueError, match=r"5 trainer workers \(--train-workers\)"):
         check_capacity(ray_options(num_train_workers=5))
-    check_capacity(ray_options(num_train_workers=5), autoscaling=True)  # waits, says so
+    config = {
+        "head_node_type": "head",
+        "available_node_types": {
+            "head": {"resources": {names.RESOURCE_ON_DEMAND: 1}, "max_workers": 0},
+            "trainer": {"resources": {names.RESOURCE_TRAINER: 8}, "max_workers": 1},
+            "spot": {"resources": {names.RESOURCE_SAMPLER: 8}, "max_workers": 2},
+        },
+    }
+    path = tmp_path / "bootstrap.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("SPOTLIGHT_CLUSTER_CONFIG", str(path))
+    log = io.StringIO()
+    check_capacity(ray_options(num_train_workers=5), joined=True, log=log)
+    assert "waiting for the autoscaler: 5 trainer workers" in log.getvalue()
+    with pytest.raises(ValueError, match=rf"never run the job \(the node types of {path}\): 9"):
+        check_capacity(ray_options(num_train_workers=9), joined=True)
 
 
 def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
@@ -101,7 +123,7 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
         "from spotlight.job.options import RayOptions\n"
         "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
         "try:\n"
-        "    check_capacity(RayOptions(), autoscaling=True)\n"
+        "    check_capacity(RayOptions(), joined=True)\n"
         "except ValueError as e:\n"
         "    print('REFUSED', e)\n"
     )

@@ -1,0 +1,122 @@
+"""Can a cluster ever run a job? What the job asks for, against what its node types can offer.
+
+The Ray job places each role on capacity through a custom resource (``actors/names.py``): a
+trainer worker takes one ``trainer_gpu``, a sampler replica ``sampler_gpu`` for each of its
+GPU workers, the model reward ``reward_gpu``. A request that no node type can ever satisfy is
+not an error in Ray: it stays pending, the autoscaler logs that it cannot be scheduled, and
+the job would wait on its items until they time out. So before anything is deployed the job
+compares its demand with the most its node types could provide once the autoscaler has
+launched every node it may (``max_workers`` of each type, ``cluster.yaml``), and stops with one
+message that names the shortfall.
+
+The check counts whole units per node: two replicas of 4 GPU workers fit a node that offers 8
+``sampler_gpu``, three do not. It looks at the custom resources only: Ray's AWS provider fills in
+CPU and GPU counts from the instance type, and the cluster config keeps the role's custom
+resource equal to the node's GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from spotlight.actors import names
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """One node type of the cluster config: what one node offers and how many there can be."""
+
+    name: str
+    resources: Mapping[str, float]
+    max_nodes: int
+
+
+@dataclass(frozen=True)
+class Role:
+    """``count`` units of work, each needing ``per_unit`` resources on one node."""
+
+    name: str
+    count: int
+    per_unit: Mapping[str, float]
+    flag: str
+    """The command line's words that set ``count`` (named in the message)."""
+
+
+def node_types(cluster_config: Mapping) -> list[NodeType]:
+    """The node types of a Ray cluster launcher config (``cluster.yaml`` as a dict, or the
+    bootstrap config the head runs with): the head type once, every other type up to its
+    ``max_workers`` (bounded by the cluster's ``max_workers``)."""
+    types = cluster_config.get("available_node_types") or {}
+    head = cluster_config.get("head_node_type")
+    cap = cluster_config.get("max_workers")
+    out = []
+    for name, spec in types.items():
+        most = int(spec.get("max_workers", 0))
+        if cap is not None:
+            most = min(most, int(cap))
+        if name == head:
+            most += 1
+        out.append(NodeType(name, dict(spec.get("resources") or {}), most))
+    return out
+
+
+def job_roles(
+    train_workers: int, samplers: int, workers_per_replica: int, reward_gpus: float
+) -> list[Role]:
+    """What the Ray job asks for, in the units it asks for them (``job/launch.py``,
+    ``deployments/sampler.py``, ``deployments/reward.py``). All ``samplers`` replicas count:
+    Serve starts the deployment with that many (``initial_replicas``) and waits for them."""
+    roles = [
+        Role("trainer worker", train_workers, {names.RESOURCE_TRAINER: 1.0}, "--train-workers"),
+        Role(
+            "sampler replica",
+            samplers,
+            {names.RESOURCE_SAMPLER: float(workers_per_replica)},
+            "--samplers, each with --sp-workers or --sp-degree GPUs",
+        ),
+    ]
+    if reward_gpus > 0:
+        roles.append(
+            Role("model reward", 1, {names.RESOURCE_REWARD: float(reward_gpus)}, "--reward-gpus")
+        )
+    return roles
+
+
+def units_per_node(offer: Mapping[str, float], per_unit: Mapping[str, float]) -> int:
+    """How many units needing ``per_unit`` fit on one node offering ``offer``."""
+    fits = []
+    for key, need in per_unit.items():
+        if need <= 0:
+            continue
+        fits.append(math.floor(offer.get(key, 0.0) / need + 1e-9))
+    return min(fits) if fits else 0
+
+
+def most_units(types: list[NodeType], per_unit: Mapping[str, float]) -> int:
+    """Units of a role the node types can hold at most, every node type at its maximum."""
+    return sum(units_per_node(t.resources, per_unit) * t.max_nodes for t in types)
+
+
+def shortfalls(types: list[NodeType], roles: list[Role]) -> list[str]:
+    """One sentence per role that the node types can never hold (empty: the job fits).
+
+    Roles ask for different custom resources, so they do not compete with each other here."""
+    out = []
+    for role in roles:
+        most = most_units(types, role.per_unit)
+        if most >= role.count:
+            continue
+        need = ", ".join(f"{v:g} '{k}'" for k, v in role.per_unit.items())
+        offers = [
+            f"{t.name}: {units_per_node(t.resources, role.per_unit)} per node x {t.max_nodes}"
+            for t in types
+            if any(t.resources.get(k, 0) > 0 for k in role.per_unit)
+        ]
+        where = "; ".join(offers) if offers else "no node type offers it"
+        out.append(
+            f"{role.count} {role.name}{'s' if role.count != 1 else ''} ({role.flag})"
+            f" {'needs' if role.count == 1 else 'need'} {need} each, and the node types can hold at most {most} ({where})"
+        )
+    return out

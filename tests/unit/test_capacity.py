@@ -1,0 +1,92 @@
+"""The capacity check: what a job asks for against what a cluster's node types can ever hold."""
+
+from pathlib import Path
+
+import yaml
+
+from spotlight.actors import names
+from spotlight.scheduling.capacity import (
+    NodeType,
+    job_roles,
+    most_units,
+    node_types,
+    shortfalls,
+    units_per_node,
+)
+
+CLUSTER_YAML = Path(__file__).resolve().parents[2] / "cluster.yaml"
+S, T, R = names.RESOURCE_SAMPLER, names.RESOURCE_TRAINER, names.RESOURCE_REWARD
+
+
+def config(trainer_nodes=1, cap=None):
+    types = {
+        "head": {"resources": {"control": 1}, "max_workers": 0},
+        "trainer": {"resources": {T: 8}, "max_workers": trainer_nodes},
+        "spot": {"resources": {S: 8, "spot": 1}, "max_workers": 4},
+        "reward": {"resources": {R: 1}, "max_workers": 1},
+    }
+    out = {"available_node_types": types, "head_node_type": "head"}
+    if cap is not None:
+        out["max_workers"] = cap
+    return out
+
+
+def test_node_types_count_the_head_once_and_respect_the_cluster_cap():
+    by_name = {t.name: t for t in node_types(config(trainer_nodes=2))}
+    assert by_name["head"].max_nodes == 1
+    assert by_name["trainer"].max_nodes == 2
+    assert by_name["spot"].resources == {S: 8, "spot": 1}
+    capped = {t.name: t.max_nodes for t in node_types(config(trainer_nodes=2, cap=1))}
+    assert capped == {"head": 1, "trainer": 1, "spot": 1, "reward": 1}
+
+
+def test_whole_units_per_node():
+    assert units_per_node({S: 8}, {S: 4}) == 2
+    assert units_per_node({S: 8}, {S: 3}) == 2
+    assert units_per_node({S: 2}, {S: 4}) == 0
+    assert units_per_node({S: 8, "spot": 1}, {S: 1}) == 8
+    assert units_per_node({S: 8}, {S: 1, T: 1}) == 0  # every needed resource must be there
+    assert most_units(node_types(config()), {S: 4}) == 8  # 4 spot nodes x 2
+
+
+def test_a_job_that_fits_has_no_shortfall():
+    roles = job_roles(train_workers=8, samplers=8, workers_per_replica=4, reward_gpus=1)
+    assert shortfalls(node_types(config()), roles) == []
+
+
+def test_each_role_that_cannot_fit_is_named_with_its_flag_and_the_offer():
+    roles = job_roles(train_workers=16, samplers=3, workers_per_replica=16, reward_gpus=2)
+    msgs = shortfalls(node_types(config()), roles)
+    assert len(msgs) == 3
+    trainer, sampler, reward = msgs
+    assert trainer.startswith("16 trainer workers (--train-workers) need 1 'trainer_gpu' each")
+    assert "at most 8 (trainer: 8 per node x 1)" in trainer
+    assert sampler.startswith("3 sampler replicas (--samplers, each with")
+    assert "need 16 'sampler_gpu' each" in sampler and "at most 0 (spot: 0 per node x 4)" in sampler
+    assert "1 model reward (--reward-gpus) needs 2 'reward_gpu' each" in reward
+
+
+def test_a_resource_no_node_type_offers():
+    msgs = shortfalls([NodeType("head", {"control": 1}, 1)], job_roles(1, 1, 1, 0.0))
+    assert [m.endswith("(no node type offers it)") for m in msgs] == [True, True]
+
+
+def test_no_reward_role_without_reward_gpus():
+    assert [r.name for r in job_roles(1, 1, 1, 0.0)] == ["trainer worker", "sampler replica"]
+
+
+def test_cluster_yaml_holds_the_paper_runs_documented_commands():
+    """16 trainer workers, 16 sampler replicas at SP 4 on 8-GPU spot nodes, a model reward."""
+    types = node_types(yaml.safe_load(CLUSTER_YAML.read_text()))
+    roles = job_roles(train_workers=16, samplers=16, workers_per_replica=4, reward_gpus=1)
+    assert shortfalls(types, roles) == []
+    assert shortfalls(types, job_roles(17, 1, 1, 0.0))  # one trainer worker more does not fit
+
+
+def test_the_reward_deployment_asks_for_its_own_gpu_resource():
+    from spotlight.deployments.reward import reward_scorer
+
+    on_gpu = reward_scorer("ocr", gpus=1.0)._bound_deployment.ray_actor_options
+    assert on_gpu["num_gpus"] == 1.0 and on_gpu["resources"][R] == 1.0
+    on_cpu = reward_scorer("ocr")._bound_deployment.ray_actor_options
+    assert "num_gpus" not in on_cpu and R not in on_cpu["resources"]
