@@ -108,7 +108,7 @@ class Scenario:
     once, with one notice or none). None: ``sp_degree`` (one group a node). The paper scenarios
     use 8 (p5.48xlarge, p4d)."""
     sp_efficiency: dict[int, float] = field(default_factory=lambda: {1: 1.0})
-    """Throughput per GPU of a group of k relative to k=1 (modelled; issue 7 measures it)."""
+    """Throughput per GPU of a group of k relative to k=1 (modelled, not measured on GPUs)."""
     valid_degrees: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     """SP degrees that divide Qwen-Image's 24 heads (up to a node)."""
     commit_every: int = 4
