@@ -124,6 +124,8 @@ class _Run:
         truncate_metrics(self.metrics_path, start)  # rows after the checkpoint are redone
         self.t_start = time.perf_counter() - last_wall_s(self.metrics_path)
         self.tracker = Tracker(self.cfg, self.out_dir, enabled=ctl.opts.wandb, resume=resume)
+        if self.tracker.url:
+            progress.line(self.log, f"[spotlight] W&B run: {self.tracker.url}")
         ctl.queue.tick()
         self.initial_val = initial_val_reward(self.out_dir)
 

@@ -1,13 +1,16 @@
 """Weights & Biases logging for the Ray job (driver side), offline unless configured.
 
 W&B runs offline (files under ``<out>/wandb``, sync later with ``wandb sync``) unless
-``WANDB_MODE`` or ``WANDB_API_KEY`` is set; ``WANDB_MODE=disabled`` or ``--no-wandb`` turns it
-off. It logs every metrics row (rewards, cost, utilization, weights version) and, at validation
-points, a few sample images with their prompts and seeds.
+``WANDB_MODE`` is set or a key is there: ``WANDB_API_KEY`` or the ``api.wandb.ai`` entry that
+``wandb login`` writes to ``~/.netrc``; ``WANDB_MODE=disabled`` or ``--no-wandb`` turns it off.
+It logs every metrics row, its numbers grouped by :func:`wandb_key` (``train/``, ``val/``,
+``cost/``, ``explore/``, ``faults/``, ``time/``, ``loss/``), and, at validation points, a few
+sample images with their prompts and seeds.
 """
 
 from __future__ import annotations
 
+import netrc
 import os
 from pathlib import Path
 from typing import Any
@@ -24,9 +27,7 @@ class Tracker:
             return
         import wandb
 
-        mode = os.environ.get("WANDB_MODE") or (
-            "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        )
+        mode = os.environ.get("WANDB_MODE") or ("online" if has_wandb_key() else "offline")
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "spotlight"),
             name=out_dir.name,
@@ -42,10 +43,15 @@ class Tracker:
     def enabled(self) -> bool:
         return self._run is not None
 
+    @property
+    def url(self) -> str | None:
+        """The run's page (None offline or disabled)."""
+        return getattr(self._run, "url", None) if self._run is not None else None
+
     def log(self, row: dict[str, Any]) -> None:
         if self._run is None:
             return
-        flat = {k: v for k, v in row.items() if isinstance(v, int | float)}
+        flat = {wandb_key(k): v for k, v in row.items() if isinstance(v, int | float)}
         self._run.log(flat, step=int(row.get("iteration", -1)) + 1)
 
     def log_images(self, images, prompts: list[str], seeds: list[int], step: int) -> None:
@@ -70,6 +76,56 @@ class Tracker:
             if isinstance(v, int | float | str):
                 self._run.summary[k] = v
         self._run.finish()
+
+
+FAULTS = frozenset(
+    {
+        "preemptions",
+        "preemption_notices",
+        "items_resumed",
+        "steps_resumed",
+        "items_released",
+        "leases_expired",
+        "items_lost",
+        "duplicates_ignored",
+        "queue_restarts",
+        "items_reused",
+        "spot_nodes",
+    }
+)
+"""The fault counters of a metrics row (docs/design.md, "Preemptions")."""
+
+
+def wandb_key(metric: str) -> str:
+    """The W&B name of a ``metrics.jsonl`` field: grouped by what it measures, the field's own
+    name after the group (``val_reward`` -> ``val/val_reward``), so a panel per group and the
+    JSON lines name the same thing."""
+    if "/" in metric:  # already grouped: loss/*
+        return metric
+    if metric.startswith("val_"):
+        group = "val"
+    elif metric in FAULTS:
+        group = "faults"
+    elif metric.startswith(("cost_", "gpu_s_", "busy_gpu_s_", "util_")):
+        group = "cost"
+    elif metric.startswith(("explore", "seeds_explored", "rank_spearman")):
+        group = "explore"
+    elif metric.endswith("_s") or metric.endswith("_s_max"):
+        group = "time"
+    else:
+        group = "train"
+    return f"{group}/{metric}"
+
+
+def has_wandb_key() -> bool:
+    """A W&B key is there: ``WANDB_API_KEY``, or ``wandb login``'s entry in ``~/.netrc``
+    (``NETRC`` names another file)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
 
 
 def _run_id(out_dir: Path) -> str:

@@ -8,7 +8,7 @@ import types
 import numpy as np
 
 from spotlight.recipes import get_recipe
-from spotlight.tracking import Tracker
+from spotlight.tracking import Tracker, has_wandb_key, wandb_key
 
 
 class FakeRun:
@@ -42,6 +42,7 @@ def _fake_wandb(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", "/nonexistent/netrc")  # no `wandb login` either
     return calls
 
 
@@ -65,7 +66,7 @@ def test_the_run_logs_its_config_metrics_captioned_samples_and_summary(monkeypat
         }
     )
     run = calls["run"]
-    assert run.logged[0] == ({"iteration": 4, "reward_mean": 0.5}, 5)  # numbers only
+    assert run.logged[0] == ({"train/iteration": 4, "train/reward_mean": 0.5}, 5)  # numbers
     samples, step = run.logged[1]
     assert step == 5
     assert [s.caption for s in samples["samples"]] == [
@@ -113,3 +114,34 @@ def test_real_wandb_writes_an_offline_run_folder_with_the_sample_images(monkeypa
     (run_dir,) = (out / "wandb").glob("offline-run-*")
     assert list(run_dir.glob("run-*.wandb"))  # what `wandb sync` uploads
     assert len(list((run_dir / "files" / "media" / "images").glob("*.png"))) == 2
+
+
+def test_a_wandb_login_netrc_entry_counts_as_a_key(monkeypatch, tmp_path):
+    calls = _fake_wandb(monkeypatch)
+    assert not has_wandb_key()
+    rc = tmp_path / "netrc"
+    rc.write_text("machine github.com login x password y\n")
+    monkeypatch.setenv("NETRC", str(rc))
+    assert not has_wandb_key()  # another machine's entry is not a W&B key
+    rc.write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
+    rc.chmod(0o600)
+    assert has_wandb_key()
+    Tracker(get_recipe("tiny-smoke"), tmp_path / "a")
+    assert calls["init"]["mode"] == "online"
+
+
+def test_metrics_are_grouped_by_what_they_measure():
+    assert wandb_key("train_reward_mean") == "train/train_reward_mean"
+    assert wandb_key("zero_std_groups") == "train/zero_std_groups"
+    assert wandb_key("val_reward") == "val/val_reward"
+    assert wandb_key("cost_usd") == "cost/cost_usd"
+    assert wandb_key("busy_gpu_s_spot") == "cost/busy_gpu_s_spot"
+    assert wandb_key("util_on_demand") == "cost/util_on_demand"
+    assert wandb_key("seeds_explored") == "explore/seeds_explored"
+    assert wandb_key("explored_selected_group_std") == "explore/explored_selected_group_std"
+    assert wandb_key("rank_spearman_stale_fresh") == "explore/rank_spearman_stale_fresh"
+    assert wandb_key("preemptions") == "faults/preemptions"
+    assert wandb_key("items_lost") == "faults/items_lost"
+    assert wandb_key("sample_s") == "time/sample_s"
+    assert wandb_key("weights_load_s_max") == "time/weights_load_s_max"
+    assert wandb_key("loss/policy_loss") == "loss/policy_loss"
