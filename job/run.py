@@ -27,12 +27,14 @@ from spotlight.training.run_folder import (
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,
+    STATUS_EVERY,
     SUMMARY,
     append_row,
     initial_val_reward,
     last_wall_s,
     preflight_run,
     progress_line,
+    status_line,
     stop_line,
     summarize,
     truncate_metrics,
@@ -166,6 +168,9 @@ class _Run:
         if "val_reward" in m:
             self.tracker.log_images(*ctl.val_samples, step=it + 1)
         progress.line(self.log, progress_line(m, cfg.num_iterations))
+        if (it + 1) % STATUS_EVERY == 0 and not progress.use_bars(self.log):
+            rows = [json.loads(r) for r in self.metrics_path.read_text().splitlines() if r]
+            progress.line(self.log, status_line(rows, cfg.num_iterations))
         if reason is not None:
             progress.line(self.log, stop_line(reason, m, self.initial_val, cfg))
             ctl.stop_trainer(it + 1)

@@ -61,6 +61,32 @@ def progress_line(m: dict[str, Any], total: int) -> str:
     )
 
 
+STATUS_EVERY = 10
+"""Iterations between :func:`status_line` lines where no progress bar shows the run."""
+
+
+def status_line(rows: list[dict[str, Any]], total: int) -> str:
+    """Where a run stands, from its metrics rows so far: iterations, elapsed time and ETA (at
+    the mean pace so far), preemptions and items lost, seeds explored. Printed every
+    :data:`STATUS_EVERY` iterations where there is no terminal (``ray job submit``'s log)."""
+    last = rows[-1]
+    done = last["iteration"] + 1
+    elapsed = last["wall_s"]
+    eta = elapsed / done * (total - done)
+    explored = sum(r.get("seeds_explored", 0) for r in rows)
+    return (
+        f"[spotlight] {done}/{total} iterations, {_clock(elapsed)} elapsed, ETA {_clock(eta)};"
+        f" preemptions {last.get('preemptions', 0)}, items lost {last.get('items_lost', 0)};"
+        f" seeds explored {explored}"
+    )
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    h, m = divmod(s // 60, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s % 60:02d}s"
+
+
 def stop_line(reason: str, m: dict[str, Any], initial_val: float | None, cfg: Config) -> str:
     if reason == "target":
         return (

@@ -14,6 +14,7 @@ from spotlight.training.run_folder import (
     atomic,
     initial_val_reward,
     last_wall_s,
+    status_line,
     summarize,
     truncate_metrics,
     write_json,
@@ -61,3 +62,19 @@ def test_the_summary_reads_the_rows_and_the_initial_validation(tmp_path):
     assert s["initial_val_reward"] == 0.2 and s["final_val_reward"] == 0.35
     assert s["num_iterations"] == 2 and s["wall_s"] == 20.0 and s["stopped"] == "target"
     assert s["train_reward_first"] == 0.0 and s["train_reward_last"] == 0.1
+
+
+def test_the_status_line_says_how_far_how_long_and_what_happened():
+    rows = [
+        {"iteration": i, "wall_s": 30.0 * (i + 1), "seeds_explored": 16, "preemptions": i // 4}
+        for i in range(10)
+    ]
+    rows[3].pop("seeds_explored")  # an iteration that explored nothing has no count
+    rows[-1]["items_lost"] = 0
+    assert status_line(rows, 40) == (
+        "[spotlight] 10/40 iterations, 5m00s elapsed, ETA 15m00s;"
+        " preemptions 2, items lost 0; seeds explored 144"
+    )
+    long = [{"iteration": 99, "wall_s": 3 * 3600 + 61.0}]
+    assert "100/300 iterations, 3h01m elapsed, ETA 6h02m;" in status_line(long, 300)
+    assert "preemptions 0, items lost 0; seeds explored 0" in status_line(long, 300)
