@@ -46,6 +46,7 @@ from spotlight.training.loop import (
 from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
 from spotlight.training.run_folder import (
     CKPT_DIR,
+    QUEUE_COUNTERS,
     atomic,
     read_checkpoint_state,
     read_old_policy,
@@ -56,18 +57,6 @@ from spotlight.training.run_folder import (
 
 BANDIT_FILE = "bandit_state.json"
 """The planner's statistics, saved by the bandit-state actor inside the run folder."""
-
-QUEUE_COUNTERS = (
-    "preemptions",
-    "preemption_notices",
-    "items_resumed",
-    "steps_resumed",
-    "items_released",
-    "leases_expired",
-    "duplicates_ignored",
-)
-"""Run counters kept by the queue actor (or the injector): carried over by a resumed driver."""
-
 
 def run_id_of(out_dir: Path, cfg: Config) -> str:
     """Identifies a run across driver restarts (same folder, same recipe)."""

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from spotlight.config import Config
+from spotlight.training.run_folder import FAULT_COUNTERS
 
 
 class Tracker:
@@ -78,24 +79,6 @@ class Tracker:
         self._run.finish()
 
 
-FAULTS = frozenset(
-    {
-        "preemptions",
-        "preemption_notices",
-        "items_resumed",
-        "steps_resumed",
-        "items_released",
-        "leases_expired",
-        "items_lost",
-        "duplicates_ignored",
-        "queue_restarts",
-        "items_reused",
-        "spot_nodes",
-    }
-)
-"""The fault counters of a metrics row (docs/design.md, "Preemptions")."""
-
-
 def wandb_key(metric: str) -> str:
     """The W&B name of a ``metrics.jsonl`` field: grouped by what it measures, the field's own
     name after the group (``val_reward`` -> ``val/val_reward``), so a panel per group and the
@@ -104,7 +87,7 @@ def wandb_key(metric: str) -> str:
         return metric
     if metric.startswith("val_"):
         group = "val"
-    elif metric in FAULTS:
+    elif metric in FAULT_COUNTERS:
         group = "faults"
     elif metric.startswith(("cost_", "gpu_s_", "busy_gpu_s_", "util_")):
         group = "cost"

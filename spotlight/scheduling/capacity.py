@@ -117,6 +117,7 @@ def shortfalls(types: list[NodeType], roles: list[Role]) -> list[str]:
         where = "; ".join(offers) if offers else "no node type offers it"
         out.append(
             f"{role.count} {role.name}{'s' if role.count != 1 else ''} ({role.flag})"
-            f" {'needs' if role.count == 1 else 'need'} {need} each, and the node types can hold at most {most} ({where})"
+            f" {'needs' if role.count == 1 else 'need'} {need} each, and the node types can"
+            f" hold at most {most} ({where})"
         )
     return out

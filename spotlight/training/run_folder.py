@@ -50,6 +50,21 @@ def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
             check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
 
 
+QUEUE_COUNTERS = (
+    "preemptions",
+    "preemption_notices",
+    "items_resumed",
+    "steps_resumed",
+    "items_released",
+    "leases_expired",
+    "duplicates_ignored",
+)
+"""Run counters kept by the queue actor (or the injector): carried over by a resumed driver."""
+
+FAULT_COUNTERS = (*QUEUE_COUNTERS, "items_lost", "queue_restarts", "items_reused", "spot_nodes")
+"""Every fault counter of a Ray run's metrics row (docs/design.md, "Preemptions")."""
+
+
 def progress_line(m: dict[str, Any], total: int) -> str:
     """One line per iteration (the Ray job's rows add queue depth and cost so far)."""
     val = f" val {m['val_reward']:.4f}" if "val_reward" in m else ""
