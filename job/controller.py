@@ -58,6 +58,7 @@ from spotlight.training.run_folder import (
 BANDIT_FILE = "bandit_state.json"
 """The planner's statistics, saved by the bandit-state actor inside the run folder."""
 
+
 def run_id_of(out_dir: Path, cfg: Config) -> str:
     """Identifies a run across driver restarts (same folder, same recipe)."""
     return hashlib.sha256(f"{out_dir.resolve()}|{cfg.recipe}".encode()).hexdigest()[:16]
