@@ -31,7 +31,8 @@ starts with ``runs/`` (run outputs); it must exist, relative to the repository r
 ``spot/instance-action``, ``assets/calib/x.json`` (no top-level ``assets``) and URLs are not
 paths.
 
-Commands: a line whose first word, after an optional ``$ `` prompt, is ``spotlight``, in a
+Commands: a line whose first word, after an optional ``$ `` prompt and an optional ``ray job
+submit ... --`` (the cluster's form), is ``spotlight``, in a
 fenced block (``\\`` continuations joined first) or an inline code span that starts with
 ``spotlight ``. Skipped: a usage synopsis or placeholder (the line holds ``...``, ``[``, ``<``) or
 alternatives (``a|b``, ``\\|``). A spaced shell operator (``|``, ``&&``, ``;``, ``>``, ``2>&1``)
@@ -214,7 +215,7 @@ def _paths() -> list[Item]:
     return items
 
 
-COMMAND_LINE = re.compile(r"^\s*(?:\$\s+)?(spotlight(?:\s.*)?)$")
+COMMAND_LINE = re.compile(r"^\s*(?:\$\s+)?(?:ray job submit\b.*?\s--\s+)?(spotlight(?:\s.*)?)$")
 
 
 def _commands() -> list[tuple[Item, bool]]:
