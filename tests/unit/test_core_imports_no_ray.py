@@ -1,5 +1,5 @@
-"""The core imports no Ray: only the Ray shell (job/, actors/, deployments/) may (README, "Pure
-core, thin Ray shell")."""
+"""The core imports no Ray: only the Ray shell (job/, actors/, deployments/) may (docs/design.md,
+"Pure core, thin Ray shell")."""
 
 from __future__ import annotations
 
