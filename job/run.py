@@ -10,7 +10,6 @@ and the detached actors are cleaned up at the end (``keep_cluster_state`` keeps 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,6 +33,7 @@ from spotlight.training.run_folder import (
     last_wall_s,
     preflight_run,
     progress_line,
+    read_rows,
     status_line,
     stop_line,
     summarize,
@@ -169,8 +169,7 @@ class _Run:
             self.tracker.log_images(*ctl.val_samples, step=it + 1)
         progress.line(self.log, progress_line(m, cfg.num_iterations))
         if (it + 1) % STATUS_EVERY == 0 and not progress.use_bars(self.log):
-            rows = [json.loads(r) for r in self.metrics_path.read_text().splitlines() if r]
-            progress.line(self.log, status_line(rows, cfg.num_iterations))
+            progress.line(self.log, status_line(read_rows(self.metrics_path), cfg.num_iterations))
         if reason is not None:
             progress.line(self.log, stop_line(reason, m, self.initial_val, cfg))
             ctl.stop_trainer(it + 1)
@@ -196,7 +195,7 @@ class _Run:
 
 
 def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]:
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    rows = read_rows(metrics_path)
     out = summarize(metrics_path, cfg)
     out.update(ctl.ledger.snapshot())
     out.update(

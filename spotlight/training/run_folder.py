@@ -117,8 +117,13 @@ def initial_val_reward(out_dir: Path) -> float | None:
     return json.loads(path.read_text())["val_reward"] if path.exists() else None
 
 
+def read_rows(metrics_path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, in order."""
+    return [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+
+
 def summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    rows = read_rows(metrics_path)
     vals = [r["val_reward"] for r in rows if "val_reward" in r]
     initial = metrics_path.parent / INITIAL_VAL
     return {
