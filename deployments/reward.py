@@ -35,10 +35,13 @@ class RewardScorer:
     def __init__(
         self, reward: str, threads: int = 1, idle_priority: bool = False, model: str | None = None
     ):
+        import ray
         import torch
 
         from spotlight.rewards import build_reward
+        from spotlight.scheduling.storage import require_paths
 
+        require_paths(ray.util.get_node_ip_address(), "reward", {"reward_model": model})
         torch.set_num_threads(threads)
         self._reward = build_reward(reward, model)
         self.name = reward

@@ -110,7 +110,13 @@ class SamplerReplica:
         from spotlight.actors.handles import get_actors
         from spotlight.config import PolicyConfig, SamplerConfig
         from spotlight.policies import make_policy
+        from spotlight.scheduling.storage import require_paths
 
+        require_paths(
+            ray.util.get_node_ip_address(),
+            "sampler replica",
+            {"policy.checkpoint": spec.policy.get("checkpoint")},
+        )
         torch.set_num_threads(spec.threads)
         self.spec = spec
         self._sampler_cfg = SamplerConfig(**spec.sampler)

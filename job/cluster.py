@@ -141,6 +141,22 @@ def check_capacity(
             progress.line(log, "[spotlight] waiting for the autoscaler: " + "; ".join(waiting))
 
 
+def check_storage(out_dir: Path, joined: bool) -> None:
+    """Refuse a run folder the cluster's trainer nodes cannot reach (the CLI exits 2): on a
+    cluster started by ``ray up`` (an autoscaler config on this node), ``out_dir`` must be on a
+    shared file system (spotlight.scheduling.storage). A local Ray, or nodes started by hand,
+    are not judged."""
+    from spotlight.scheduling.storage import out_dir_problem, read_mounts
+
+    config, _ = autoscaler_config() if joined else (None, "")
+    mounts = Path("/proc/mounts")
+    if config is None or not mounts.is_file():
+        return
+    problem = out_dir_problem(str(out_dir.resolve()), read_mounts(mounts.read_text()))
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def cleanup() -> None:
     """Delete the Serve app and the detached actors (skipped with ``keep_cluster_state``)."""
     from ray import serve

@@ -16,6 +16,16 @@ TRAIN_DIR = "ray_train"
 """Ray Train's storage inside the run folder."""
 
 
+def raise_storage_error(error: BaseException) -> None:
+    """Raise a node's missing-storage message (spotlight.scheduling.storage) found in the
+    error of a deployment or a trainer as one ``FileNotFoundError`` (the CLI exits 2)."""
+    from spotlight.scheduling.storage import storage_error_in
+
+    message = storage_error_in(str(error))
+    if message is not None:
+        raise FileNotFoundError(message) from None
+
+
 def autoscaling(max_replicas: int) -> dict[str, Any]:
     """Serve autoscaling driven by the request queue's depth (spotlight.deployments.scaling)."""
     return {
@@ -83,7 +93,11 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
         if trace:  # replicas wait for the trace's spot nodes; the wait loop ticks the trace
             serve._run(app, _blocking=False, name=name, route_prefix=None, logging_config=quiet)
         else:
-            serve.run(app, name=name, route_prefix=None, logging_config=quiet)
+            try:
+                serve.run(app, name=name, route_prefix=None, logging_config=quiet)
+            except RuntimeError as e:  # a replica that cannot start: say why in one line
+                raise_storage_error(e)
+                raise
     progress.line(
         log,
         f"[spotlight] serve app {'deployed' if trace else 'up'} in"
@@ -104,6 +118,7 @@ class TrainerRun:
     def check(self) -> None:
         """Raise when the trainer has failed (the driver's waits call this every slice)."""
         if self.error is not None:
+            raise_storage_error(self.error)
             raise RuntimeError(f"the trainer failed: {self.error}") from self.error
 
     def join(self, timeout_s: float = 120.0) -> None:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.job.cluster import check_capacity, cleanup, connect
+from spotlight.job.cluster import check_capacity, check_storage, cleanup, connect
 from spotlight.job.controller import Controller
 from spotlight.job.options import RayOptions
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
@@ -93,6 +93,7 @@ def _run_ray(
             trace=injector is not None,
             log=log,
         )
+        check_storage(out_dir, joined=not started_here)
         start, version = ctl.start(resume)
         run = _Run(ctl, start, resume)
         if start == 0:

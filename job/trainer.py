@@ -91,12 +91,18 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.flow.update import grpo_update, training_state
     from spotlight.job import protocol
     from spotlight.policies import make_policy
+    from spotlight.scheduling.storage import require_paths
 
     _quiet_train_logs()
     torch.set_num_threads(config["threads"])
     cfg = Config.from_dict(config["cfg"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    require_paths(
+        ray.util.get_node_ip_address(),
+        f"trainer worker {rank}",
+        {"policy.checkpoint": cfg.policy.checkpoint},
+    )
     actors = get_actors()
     policy = make_policy(cfg.policy, config["device"])
     optimizer, ref_policy = training_state(policy, cfg.grpo)

@@ -12,6 +12,8 @@
 #                            CUDA download), else from the default index. gpu: leave torch to pip (the
 #                            default PyPI wheel on Linux x86_64 is a CUDA build), see docs/install.md
 #   SPOTLIGHT_TORCH_INDEX=url  extra index for the pinned torch, used instead of the choice above
+#   SPOTLIGHT_EXTRAS=dev,aws   the package's extras to install (default dev: pytest, ruff); cluster
+#                            nodes add aws (boto3, which Ray's AWS autoscaler imports on the head)
 #   SPOTLIGHT_SETUP_DRY_RUN=1  print the commands that would change the machine (apt-get, venv, pip)
 #                            instead of running them; the checks (Python, GPU, index probe) still run
 #
@@ -23,6 +25,7 @@ cd "$(dirname "$0")/.."
 VENV=${SPOTLIGHT_VENV:-.venv}
 TORCH_MODE=${SPOTLIGHT_TORCH:-cpu}
 DRY_RUN=${SPOTLIGHT_SETUP_DRY_RUN:-0}
+EXTRAS=${SPOTLIGHT_EXTRAS:-dev}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 # The oldest supported Python, from pyproject.toml (requires-python = ">=3.11").
 MIN_PY=$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)
@@ -43,6 +46,7 @@ run() { # a command that changes the machine: only printed in a dry run
 }
 
 [[ $TORCH_MODE == cpu || $TORCH_MODE == gpu ]] || die "SPOTLIGHT_TORCH=$TORCH_MODE: use cpu or gpu"
+[[ $EXTRAS =~ ^[a-z]+(,[a-z]+)*$ ]] || die "SPOTLIGHT_EXTRAS=$EXTRAS: a comma-separated list like dev,aws"
 
 apt_install() {
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -128,7 +132,7 @@ command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr)
 ((${#missing[@]} == 0)) || apt_install "${missing[@]}"
 
 # 2. The virtual environment and the package, skipped when nothing changed since the last run.
-stamp=$(cat pyproject.toml requirements/torch-cpu.txt | sha256sum | cut -c1-16)-$TORCH_MODE
+stamp=$(cat pyproject.toml requirements/torch-cpu.txt | sha256sum | cut -c1-16)-$TORCH_MODE-$EXTRAS
 if [[ -x $VENV/bin/spotlight && -f $VENV/.spotlight-stamp && $(<"$VENV/.spotlight-stamp") == "$stamp" ]]; then
   dry_run && log "dry run: $VENV is up to date (its stamp matches); nothing to do"
   exit 0
@@ -182,7 +186,7 @@ if [[ $TORCH_MODE == cpu ]]; then
   fi
 fi
 log "installing spotlight and its dependencies into $VENV (a few minutes the first time)"
-pip_quiet -e ".[dev]" || die "pip install -e .[dev] failed"
+pip_quiet -e ".[$EXTRAS]" || die "pip install -e .[$EXTRAS] failed"
 if dry_run; then
   log "dry run: nothing was installed"
   exit 0

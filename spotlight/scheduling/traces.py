@@ -109,9 +109,26 @@ def _merged(name: str, times: list[float], counts: list[int], duration_s: float)
     return CapacityTrace(name, tuple(out_t), tuple(out_c), duration_s)
 
 
+def union(traces: list[CapacityTrace]) -> CapacityTrace:
+    """The capacity of several spot pools used together (instance types or zones the sampler
+    role may run on): at every time the sum of their node counts, over the shortest trace.
+    Each trace is one pool's; treating the pools as independent is what this assumes."""
+    if not traces:
+        raise ValueError("a union needs at least one trace")
+    if len(traces) == 1:
+        return traces[0]
+    end = min(t.duration_s for t in traces)
+    times = sorted({0.0, *(x for t in traces for x in t.times_s if x < end)})
+    counts = [sum(t.capacity_at(x) for t in traces) for x in times]
+    return _merged("+".join(t.name for t in traces), times, counts, end)
+
+
 def load_trace(path: str | Path) -> CapacityTrace:
     """Read a SkyPilot ``.json`` or Oobleck ``.csv`` trace. A bare file name is looked up among
-    the shipped traces too (``preemption-4node-aws-us-east-1f-v100.json``)."""
+    the shipped traces too (``preemption-4node-aws-us-east-1f-v100.json``). Names joined by
+    ``+`` read as the :func:`union` of those traces (a sampler role spread over several pools)."""
+    if isinstance(path, str) and "+" in path:
+        return union([load_trace(part) for part in path.split("+")])
     p = Path(path)
     if not p.exists():
         shipped = sorted(TRACES_DIR.glob(f"*/{p.name}"))

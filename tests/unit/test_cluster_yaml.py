@@ -1,5 +1,6 @@
 """cluster.yaml passes Ray's own cluster-config validation and keeps the roles apart."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -34,13 +35,21 @@ def test_node_types_offer_the_roles_the_system_places_work_on():
         for n, t in types.items()
         if t["node_config"].get("InstanceMarketOptions", {}).get("MarketType") == "spot"
     ]
-    assert spot == ["sampler_spot"]
+    assert spot == ["sampler_spot", "sampler_spot_p5e", "sampler_spot_p4de"]
+    instance = [types[n]["node_config"]["InstanceType"] for n in spot]
+    assert instance == ["p5.48xlarge", "p5e.48xlarge", "p4de.24xlarge"]
+    # Identical resources (so the autoscaler's utilization score ties), then priority decides.
+    assert all(types[n]["resources"] == types["sampler_spot"]["resources"] for n in spot)
     assert types["sampler_spot"]["resources"][names.RESOURCE_SPOT] == 1
+    assert types["sampler_spot"]["resources"][names.RESOURCE_SAMPLER] == 8
+    assert types["sampler_spot"]["resources"]["CPU"] <= 96  # p4de.24xlarge's vCPUs
+    priorities = [types[n]["priority"] for n in spot]
+    assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == 3
     # The fallback offers the same sampler resource on on-demand capacity, at lower priority.
     fallback = types["sampler_ondemand"]
     assert names.RESOURCE_SAMPLER in fallback["resources"]
     assert names.RESOURCE_ON_DEMAND in fallback["resources"]
-    assert fallback["priority"] < types["sampler_spot"]["priority"]
+    assert fallback["priority"] < min(priorities)
     assert names.RESOURCE_TRAINER in types["trainer"]["resources"]
     assert "InstanceMarketOptions" not in types["trainer"]["node_config"]
     assert types["head"]["resources"][names.RESOURCE_CONTROL] == 1
@@ -66,3 +75,26 @@ def test_the_reward_has_a_gpu_resource_of_its_own():
     assert offering == ["reward"]
     assert names.RESOURCE_TRAINER not in types["reward"]["resources"]
     assert names.RESOURCE_SAMPLER not in types["reward"]["resources"]
+
+
+def test_every_node_boots_the_pinned_image_with_shared_storage():
+    """One host AMI (NVIDIA driver and container toolkit) and one container image everywhere;
+    the head exports /shared, every other node mounts it from the head, the container sees it;
+    the setup installs boto3 (the head's AWS autoscaler imports it)."""
+    config = load()
+    types = config["available_node_types"]
+    images = {t["node_config"]["ImageId"] for t in types.values()}
+    assert len(images) == 1 and next(iter(images)).startswith("resolve:ssm:/aws/service/")
+    assert config["docker"]["image"].startswith("rayproject/ray:2.60.0-py311-cu")
+    assert "-v /shared:/shared" in config["docker"]["run_options"]
+    head_init = " ".join(config["initialization_commands"])
+    assert "exportfs" in head_init and "/etc/exports" in head_init
+    for name, t in types.items():
+        if name == config["head_node_type"]:
+            continue
+        mount = " ".join(t["initialization_commands"])
+        assert "$RAY_HEAD_IP:/shared /shared" in mount and "mount -t nfs4" in mount, name
+    (setup,) = [c for c in config["setup_commands"] if "setup.sh" in c]
+    assert "SPOTLIGHT_EXTRAS=dev,aws" in setup and "SPOTLIGHT_TORCH=gpu" in setup
+    pyproject = tomllib.loads((CLUSTER_YAML.parent / "pyproject.toml").read_text())
+    assert any(d.startswith("boto3") for d in pyproject["project"]["optional-dependencies"]["aws"])

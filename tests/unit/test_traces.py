@@ -14,6 +14,7 @@ from spotlight.scheduling.traces import (
     TraceInjector,
     load_trace,
     replay_events,
+    union,
 )
 
 SHIPPED = sorted(p for p in TRACES_DIR.glob("*/*") if p.suffix in (".json", ".csv"))
@@ -157,3 +158,28 @@ def test_a_rotated_trace_is_the_same_loop_met_from_another_point():
     for x in (0.0, 5.0, 9.9, 10.0, 29.9, 30.0, 40.0, 49.9):
         assert r.capacity_at(x) == t.capacity_at((x + 20.0) % 50.0), x
     assert t.rotated(0.0) is t and t.rotated(70.0) == r  # modulo the duration
+
+
+def test_union_of_pools_sums_their_capacity_over_the_shortest_trace():
+    a = CapacityTrace("a", (0.0, 10.0, 20.0), (2, 0, 1), 40.0)
+    b = CapacityTrace("b", (0.0, 15.0), (1, 0), 30.0)
+    both = union([a, b])
+    assert both.name == "a+b" and both.duration_s == 30.0
+    assert [both.capacity_at(t) for t in (0, 9, 10, 14, 15, 19, 20, 29)] == [3, 3, 1, 1, 0, 0, 1, 1]
+    assert both.times_s == (0.0, 10.0, 15.0, 20.0)  # unchanged steps merged
+    assert union([a]) is a
+    with pytest.raises(ValueError):
+        union([])
+
+
+def test_load_trace_reads_a_plus_joined_name_as_the_union_of_shipped_traces():
+    names = [
+        "preemption-4node-aws-us-east-1f-v100.json",
+        "preemption-4node-aws-us-east-2a-v100.json",
+    ]
+    one, two = (load_trace(n) for n in names)
+    both = load_trace("+".join(names))
+    assert both.name == f"{one.name}+{two.name}"
+    assert both.duration_s == min(one.duration_s, two.duration_s)
+    for t in (0.0, 3600.0, both.duration_s / 2):
+        assert both.capacity_at(t) == one.capacity_at(t) + two.capacity_at(t)
