@@ -38,6 +38,12 @@ from spotlight.scheduling.work_queue import (
     WorkQueue,
 )
 
+QUIET = ray.method(enable_task_events=False)
+"""For the calls made every second or every item (long polls, heartbeats, completions): Ray
+records no task event for them. Each would otherwise add a record to the GCS's task table
+(about 60 an iteration of the default job, most of the GCS's memory growth over a long run)
+and a row to the dashboard's task list, which then shows nothing else."""
+
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class RequestQueue:
@@ -79,6 +85,7 @@ class RequestQueue:
         self._notify()
         return added
 
+    @QUIET
     async def pull(
         self,
         worker_id: str,
@@ -91,17 +98,21 @@ class RequestQueue:
             lambda: self._q.pull(worker_id, max_items, time.monotonic(), kinds, pool), wait_s
         )
 
+    @QUIET
     async def heartbeat(self, worker_id: str) -> int:
         return self._q.heartbeat(worker_id, time.monotonic())
 
+    @QUIET
     async def complete(self, result: ItemResult) -> bool:
         first = self._q.complete(result)
         self._notify()
         return first
 
+    @QUIET
     async def commit(self, item_id: str, worker_id: str, checkpoint: ItemCheckpoint) -> bool:
         return self._q.commit(item_id, worker_id, checkpoint, time.monotonic())
 
+    @QUIET
     async def leased(self) -> list[dict[str, Any]]:
         return self._q.leased()
 
@@ -120,10 +131,12 @@ class RequestQueue:
         self._q.lease_s = lease_s
         self._q.spill = spill
 
+    @QUIET
     async def results(self, item_ids: list[str]) -> dict[str, ItemResult]:
         self._q.expire(time.monotonic())
         return self._q.results(item_ids)
 
+    @QUIET
     async def wait_results(self, item_ids: list[str], wait_s: float) -> dict[str, ItemResult]:
         """Results among ``item_ids``: returns when all are done or after ``wait_s``."""
         ids = list(item_ids)
@@ -144,6 +157,7 @@ class RequestQueue:
     async def cancel(self, kind: str | None = None) -> int:
         return self._q.cancel(kind)
 
+    @QUIET
     async def stats(self, alive_within_s: float = 5.0) -> dict[str, Any]:
         """Queue statistics plus ``workers_by_pool``: replicas that pulled lately."""
         now = time.monotonic()
@@ -155,10 +169,12 @@ class RequestQueue:
         self._mailbox[key] = value
         self._notify()
 
+    @QUIET
     async def wait_post(self, key: str, wait_s: float) -> Any:
         """The value under ``key`` as soon as it is posted (None after ``wait_s``)."""
         return await self._until(lambda: self._mailbox.get(key), wait_s)
 
+    @QUIET
     async def incarnation(self) -> str:
         return self._incarnation
 

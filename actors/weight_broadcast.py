@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ray
 
+from spotlight.actors.request_queue import QUIET
 from spotlight.flow.weights import WeightsCorrupted, WeightsHeader, checksum, unpack_state
 from spotlight.scheduling.polling import poll_until
 
@@ -39,15 +40,18 @@ class WeightBroadcast:
         for old in sorted(self._versions)[: -self._keep]:
             del self._versions[old]
 
+    @QUIET
     def header(self, version: int) -> WeightsHeader | None:
         entry = self._versions.get(version)
         return entry[0] if entry else None
 
+    @QUIET
     def get(self, version: int) -> tuple[WeightsHeader, list[ray.ObjectRef]] | None:
         """The header and ``[ref]`` of ``version`` (a list, so Ray does not resolve the ref)."""
         entry = self._versions.get(version)
         return (entry[0], [entry[1]]) if entry else None
 
+    @QUIET
     def versions(self) -> list[int]:
         return sorted(self._versions)
 

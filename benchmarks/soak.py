@@ -9,10 +9,14 @@ on the embedded local Ray, in this process, and after every iteration records: i
 ``broadcast``, ``bandit``, ``replica_<i>``, ``reward``, ``trainer_<rank>``, ``raylet``, ``gcs``,
 and ``other_<class>`` for Ray's own actors such as the Serve controller); the object store's used
 bytes and object count; the queue actor's items by state; open file descriptors of all of those
-processes. It writes ``<out>/<name>.json`` (``command``, ``iterations``: one record per
-iteration, and ``max_rss_growth_mb_per_100_iterations``: the largest least-squares slope over
-iterations >= ``--slope-from``, 20, in MB per 100 iterations, over the processes and the object
-store, with ``rss_growth_mb_per_100_iterations`` by role beside it) and ``<name>.png`` (time per
+processes; and ``probe_s``, the time of a fixed CPU workload run right after the iteration
+(``machine_probe_s``: on a shared host the machine's own speed drifts). It writes
+``<out>/<name>.json`` (``command``, ``iterations``: one record per iteration,
+``max_rss_growth_mb_per_100_iterations``: the largest least-squares slope over iterations >=
+``--slope-from``, 20, in MB per 100 iterations, over the processes and the object store, with
+``rss_growth_mb_per_100_iterations`` by role beside it, and ``time_drift``: the mean time per
+iteration without validation over iterations 10-39 and 120-149, their ratio, and the ratio of
+the times divided by the probe) and ``<name>.png`` (time per
 iteration and memory by role against the iteration), and prints each slope. Run it alone on the
 machine: its times are only comparable with nothing else running.
 """
@@ -88,6 +92,51 @@ def growth_per_100(records: list[dict[str, Any]], start: int = 20) -> dict[str, 
         if s is not None:
             out[role] = 100 * s
     return out
+
+
+def machine_probe_s(repeats: int = 3) -> float:
+    """Seconds of a fixed single-threaded CPU workload (pure Python; the median of
+    ``repeats``), run right after an iteration: how fast this machine runs normal-priority work
+    at that moment. The job's sampler replicas run at idle priority, so the probe measures the
+    machine (a shared host's speed varies by tens of percent over an hour) more than the job."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(200_000):
+            acc += i * i % 7
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def time_drift(
+    records: list[dict[str, Any]],
+    early: tuple[int, int] = (10, 40),
+    late: tuple[int, int] = (120, 150),
+) -> dict[str, Any] | None:
+    """Mean wall time per iteration without validation over the ``early`` and ``late`` iteration
+    ranges (end excluded), their ratio, and the same ratio with each iteration's time divided by
+    its machine probe (``probe_s``): the job's own slow-down, the machine's taken out. None when
+    a range holds no such iteration."""
+
+    def mean(lo: int, hi: int, key) -> float | None:
+        xs = [key(r) for r in records if lo <= r["iteration"] < hi and not r["validated"]]
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    def per_probe(r):
+        return r["wall_s_iteration"] / r["probe_s"] if r.get("probe_s") else None
+
+    out: dict[str, Any] = {"early": list(early), "late": list(late)}
+    for name, key in (
+        ("wall_s", lambda r: r["wall_s_iteration"]),
+        ("probe_s", lambda r: r.get("probe_s")),
+        ("wall_per_probe", per_probe),
+    ):
+        a, b = mean(*early, key), mean(*late, key)
+        out[f"{name}_early"], out[f"{name}_late"] = a, b
+        out[f"{name}_ratio"] = b / a if a and b else None
+    return out if out["wall_s_ratio"] is not None else None
 
 
 def iteration_record(row: dict[str, Any], prev_wall_s: float, snap: dict[str, Any]) -> dict:
@@ -215,6 +264,7 @@ def main() -> None:
             except Exception as e:  # e.g. Ray going down after the last iteration
                 print(f"[soak] no snapshot after iteration {row['iteration']}: {e}", flush=True)
                 snap = {"rss_mb": {}, "object_store_mb": None, "object_count": None}
+            snap["probe_s"] = machine_probe_s()
             records.append(iteration_record(row, prev_wall, snap))
             prev_wall = row["wall_s"]
             r = records[-1]
@@ -230,12 +280,14 @@ def main() -> None:
     if failed:
         raise failed[0]
     growth = growth_per_100(records, args.slope_from)
+    drift = time_drift(records)
     doc = {
         "command": shlex.join(["python", "benchmarks/soak.py", *repo_relative(sys.argv[1:])]),
         "recipe": args.recipe or "tiny-ocr",
         "slope_from_iteration": args.slope_from,
         "max_rss_growth_mb_per_100_iterations": max(growth.values()) if growth else None,
         "rss_growth_mb_per_100_iterations": growth,
+        "time_drift": drift,
         "iterations": records,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -243,6 +295,14 @@ def main() -> None:
     plot(records, args.out / f"{args.name}.png")
     for role, mb in sorted(growth.items(), key=lambda kv: -kv[1]):
         print(f"[soak] {role}: {mb:+.1f} MB per 100 iterations", flush=True)
+    if drift is not None:
+        print(
+            f"[soak] wall s per iteration {drift['wall_s_early']:.2f} (iterations 10-39) ->"
+            f" {drift['wall_s_late']:.2f} (120-149): x{drift['wall_s_ratio']:.3f};"
+            f" machine probe x{drift['probe_s_ratio'] or float('nan'):.3f};"
+            f" per probe x{drift['wall_per_probe_ratio'] or float('nan'):.3f}",
+            flush=True,
+        )
     print(f"[soak] wrote {args.out / args.name}.json and .png", flush=True)
 
 

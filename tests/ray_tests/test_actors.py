@@ -66,3 +66,36 @@ def test_request_queue_long_poll_returns_when_work_arrives(local_ray):
     assert local_ray.get(done, timeout=10)["i0"].rewards == [1.0]
     assert local_ray.get(q.wait_post.remote("nothing", 0.05)) is None
     local_ray.kill(q)
+
+
+def test_polled_actor_calls_leave_no_task_events(tmp_path):
+    """Long polls, heartbeats and weight lookups record no task event (the GCS's task table
+    and the dashboard's task list would grow by them every second); other calls still do."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time, ray\n"
+        "from ray.util.state import list_tasks\n"
+        "from spotlight.actors.request_queue import RequestQueue\n"
+        "from spotlight.actors.weight_broadcast import WeightBroadcast\n"
+        "ctx = ray.init(address='local', num_cpus=1, include_dashboard=True,"
+        " dashboard_host='127.0.0.1')\n"
+        "api = 'http://' + ctx.dashboard_url\n"
+        "q, b = RequestQueue.remote(), WeightBroadcast.remote()\n"
+        "ray.get(q.open_run.remote('r'))\n"
+        "for _ in range(5):\n"
+        "    ray.get([q.pull.remote('w', 1), q.heartbeat.remote('w'), b.header.remote(1)])\n"
+        "names = set()\n"
+        "for _ in range(30):  # task events reach the GCS about once a second\n"
+        "    names = {t.name for t in list_tasks(api, limit=1000, raise_on_missing_output=False)}\n"
+        "    if 'RequestQueue.open_run' in names:\n"
+        "        break\n"
+        "    time.sleep(1)\n"
+        "print('NAMES', sorted(names))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("NAMES")] or [out.stderr[-3000:]]
+    assert "RequestQueue.open_run" in line, line  # the control: an ordinary call is recorded
+    for polled in ("RequestQueue.pull", "RequestQueue.heartbeat", "WeightBroadcast.header"):
+        assert polled not in line, line

@@ -49,3 +49,30 @@ def test_an_iteration_record_takes_its_wall_time_from_the_previous_row():
     assert (
         SOAK["iteration_record"]({"iteration": 4, "wall_s": 60.0}, 50.5, {})["validated"] is False
     )
+
+
+def test_time_drift_compares_plain_iterations_and_takes_the_machine_out():
+    records = []
+    for i in range(150):
+        machine = 1.0 if i < 80 else 1.2  # the host got 20% slower from iteration 80 on
+        job = 10.0 if i < 100 else 10.5  # the job itself 5% slower from iteration 100 on
+        records.append(
+            {
+                "iteration": i,
+                "validated": i % 40 == 39,
+                "wall_s_iteration": 99.0 if i % 40 == 39 else job * machine,
+                "probe_s": 0.05 * machine,
+            }
+        )
+    d = SOAK["time_drift"](records)
+    assert d["wall_s_early"] == pytest.approx(10.0)  # validations (39) left out
+    assert d["wall_s_late"] == pytest.approx(12.6)
+    assert d["wall_s_ratio"] == pytest.approx(1.26)
+    assert d["probe_s_ratio"] == pytest.approx(1.2)
+    assert d["wall_per_probe_ratio"] == pytest.approx(1.05)
+    assert SOAK["time_drift"](records[:100]) is None  # no late range yet
+
+
+def test_machine_probe_takes_the_median_of_its_repeats():
+    t = SOAK["machine_probe_s"](repeats=3)
+    assert 0 < t < 5
