@@ -35,17 +35,20 @@ POOLS = [
 """Single pools and their unions: two 4-node pools, two 16-node pools (AWS, SkyPilot's traces)."""
 
 
+def spans(trace: CapacityTrace) -> list[tuple[float, int]]:
+    """``(seconds, nodes)`` of each step of the trace."""
+    ends = [*trace.times_s[1:], trace.duration_s]
+    return [(e - t, c) for t, e, c in zip(trace.times_s, ends, trace.counts, strict=True)]
+
+
 def time_share(trace: CapacityTrace, below: float) -> float:
     """Share of the trace's time with fewer than ``below`` nodes."""
-    ends = [*trace.times_s[1:], trace.duration_s]
-    spans = [e - t for t, e in zip(trace.times_s, ends, strict=True)]
-    low = sum(s for s, c in zip(spans, trace.counts, strict=True) if c < below)
+    low = sum(s for s, c in spans(trace) if c < below)
     return low / trace.duration_s if trace.duration_s > 0 else 0.0
 
 
 def mean_capacity(trace: CapacityTrace) -> float:
-    ends = [*trace.times_s[1:], trace.duration_s]
-    area = sum((e - t) * c for t, e, c in zip(trace.times_s, ends, trace.counts, strict=True))
+    area = sum(s * c for s, c in spans(trace))
     return area / trace.duration_s if trace.duration_s > 0 else 0.0
 
 
