@@ -8,8 +8,9 @@ lines) and every worker process's stdout/stderr, which Ray forwards to the drive
 
 * driver log records at ERROR or above, and
 * worker lines that :func:`echo_worker_line` accepts: lines tagged ``[spotlight]`` (the
-  project's own messages from replicas and the trainer) and errors from the project's own
-  processes (Serve replicas, Ray Train workers), never the chatter of Ray's system actors.
+  project's own messages from replicas and the trainer), errors from the project's own
+  processes (Serve replicas, Ray Train workers), and the autoscaler's lines on requests it can
+  never place; never the rest of the chatter of Ray's system actors.
 
 Worker lines are taken over through Ray's driver-side dispatcher of forwarded output
 (``ray._private.ray_logging.global_worker_stdstream_dispatcher``, Ray 2.60, pinned in
@@ -23,6 +24,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,6 +47,9 @@ RAY_SYSTEM_SOURCES = (
 
 _ERROR = re.compile(r"\b(ERROR|CRITICAL)\b|^Traceback \(most recent call last\)|^\w+Error: ")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REQUEST = re.compile(r"\{([^{}]*)\}")
+REPEAT_S = 60.0
+"""An autoscaler line already on the terminal is not repeated there within this many seconds."""
 
 
 def source_of(data: dict[str, Any]) -> str:
@@ -52,9 +57,17 @@ def source_of(data: dict[str, Any]) -> str:
     return str(data.get("actor_name") or data.get("task_name") or data.get("pid") or "")
 
 
+_UNSCHEDULABLE = re.compile(r"No available node types can fulfill|cannot be scheduled")
+"""The autoscaler's lines on requests no node type can hold (Ray 2.60:
+``autoscaler/v2/event_logger.py``, ``autoscaler/_private/autoscaler.py``): a job that would wait
+on them needs to be told, so they reach the terminal although the autoscaler is Ray's."""
+
+
 def echo_worker_line(source: str, line: str) -> bool:
     """Whether a line a worker process printed belongs on the terminal (module docstring)."""
     if TAG in line:
+        return True
+    if source.startswith("autoscaler") and _UNSCHEDULABLE.search(line):
         return True
     if any(source.startswith(s) for s in RAY_SYSTEM_SOURCES):
         return False
@@ -78,6 +91,7 @@ class RayLogRoute:
         self._levels: list[tuple[logging.Handler, int]] = []
         self._dispatcher = None
         self._saved_handlers: list | None = None
+        self._echoed_at: dict[str, float] = {}
         self.lines_routed = 0
         self.lines_echoed = 0
 
@@ -145,8 +159,21 @@ class RayLogRoute:
                 if echo_worker_line(source, text):
                     echoed.append(text)
         for text in echoed:
+            if source.startswith("autoscaler") and not self._first_in_a_while(text):
+                continue
             self.lines_echoed += 1
             progress.line(self.echo, text if text.startswith(TAG) else prefix + text)
+
+    def _first_in_a_while(self, text: str, now: float | None = None) -> bool:
+        """Whether an autoscaler line is news: the autoscaler repeats an unschedulable request
+        every second, with its resources in any order; the terminal gets it once a minute."""
+        key = _REQUEST.sub(lambda m: "{" + ", ".join(sorted(m[1].split(", "))) + "}", text)
+        now = time.monotonic() if now is None else now
+        last = self._echoed_at.get(key)
+        if last is not None and now - last < REPEAT_S:
+            return False
+        self._echoed_at[key] = now
+        return True
 
     def __exit__(self, *exc) -> None:
         if self._dispatcher is not None and self._saved_handlers is not None:

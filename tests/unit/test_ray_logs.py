@@ -13,6 +13,15 @@ def test_the_project_s_lines_and_its_processes_errors_reach_the_terminal():
     assert echo_worker_line("RayTrainWorker", "Traceback (most recent call last):")
     assert echo_worker_line("RayTrainWorker", "RuntimeError: the update failed")
     assert echo_worker_line("ServeReplica:spotlight:Sampler", "ERROR 2026 replica -- boom")
+    # the autoscaler's infeasible requests reach the terminal; its other lines do not
+    assert echo_worker_line(
+        "autoscaler",
+        "Error: No available node types can fulfill resource requests {'trainer_gpu': 1.0}*9.",
+    )
+    assert echo_worker_line(
+        "autoscaler", "Warning: The following resource request cannot be scheduled right now"
+    )
+    assert not echo_worker_line("autoscaler", "Resized to 64 CPUs, 8 GPUs.")
     assert not echo_worker_line("RayTrainWorker", "Setting up process group for: env://")
     # Ray's own actors: never, even their errors (they go to ray.log)
     assert not echo_worker_line(
@@ -51,6 +60,24 @@ def test_worker_lines_all_go_to_the_file_and_only_the_project_s_to_the_terminal(
     assert "\x1b" not in "".join(log)  # colour codes stripped
     assert term.getvalue() == "[spotlight] SP workers [3] lost\n"
     assert route.lines_echoed == 1
+
+
+def test_an_unschedulable_request_reaches_the_terminal_once_a_minute(tmp_path):
+    """The autoscaler repeats it every second, its resources in any order."""
+    term = io.StringIO()
+    with RayLogRoute(tmp_path / "ray.log", term) as route:
+        a = "No available node types can fulfill resource requests {'GPU': 1.0, 'CPU': 1.0}*1."
+        b = "No available node types can fulfill resource requests {'CPU': 1.0, 'GPU': 1.0}*1."
+        assert route._first_in_a_while(a, now=0.0)
+        assert not route._first_in_a_while(b, now=1.0)  # the same request
+        assert not route._first_in_a_while(a, now=59.0)
+        assert route._first_in_a_while(b, now=61.0)  # a minute on: said again
+        assert route._first_in_a_while(a.replace("GPU", "reward_gpu"), now=61.5)  # another one
+        line = b.replace("1.0}", "2.0}")
+        for _ in range(3):  # through the handler (Ray's own filter of the autoscaler's pid,
+            # which needs a live Ray, left out)
+            route.handle({"actor_name": "autoscaler", "pid": 7, "ip": "10.0.0.1", "lines": [line]})
+    assert term.getvalue().count("No available node types") == 1
 
 
 def test_driver_loggers_go_to_the_file_and_keep_only_errors_on_the_terminal(tmp_path):
