@@ -8,28 +8,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-LORA_TARGETS = (
-    "to_q",
-    "to_k",
-    "to_v",
-    "to_out.0",
-    "add_q_proj",
-    "add_k_proj",
-    "add_v_proj",
-    "to_add_out",
-)
-"""Attention projections of the image and text streams of a ``QwenImageTransformer2DModel``
-that get LoRA adapters (all blocks): module-name suffixes, as peft matches them."""
-FLOW_GRPO_LORA_TARGETS = (
-    *LORA_TARGETS,
-    "img_mlp.net.0.proj",
-    "img_mlp.net.2",
-    "txt_mlp.net.0.proj",
-    "txt_mlp.net.2",
-)
-"""Flow-GRPO's LoRA targets for Qwen-Image (yifan123/flow_grpo,
-``scripts/train_qwenimage_edit_plus.py``: rank 64, alpha 128, Gaussian init): the attention
-projections and both streams' MLPs."""
+from spotlight.policies.lora import FLOW_GRPO_LORA_TARGETS, LORA_TARGETS  # noqa: F401 (re-exported)
 
 
 def last_block_text_only(transformer: torch.nn.Module) -> list[str]:

@@ -89,6 +89,14 @@ class SamplerConfig:
 GRPO_LOSSES = ("flow_grpo", "awm", "nft")
 
 
+def trained_step_count(fraction: float, window: tuple[int, int]) -> int:
+    """How many denoising steps of ``window = [start, end)`` one update replays for a sample
+    under Flow-GRPO's loss: ``max(1, round(fraction * (end - start)))`` (the count of
+    ``spotlight.flow.update.train_step_indices``; the simulator's update time uses it too)."""
+    start, end = window
+    return max(1, round(fraction * (end - start)))
+
+
 @dataclass(frozen=True)
 class GRPOConfig:
     """GRPO update settings."""

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from spotlight.config import Config, ExplorationConfig, GRPOConfig, PolicyConfig, SamplerConfig
+from spotlight.policies.lora import FLOW_GRPO_LORA_TARGETS
 from spotlight.tasks import base_checkpoint, get_task
 
 TASK_SAMPLER = SamplerConfig(num_steps=10, eta=0.7, guidance_scale=3.0, batch_size=8)
@@ -175,8 +176,6 @@ def _qwen_image_task(task: str, reward: str, size: int) -> Config:
     if size > 512:  # ~6.3x the tokens of 512: keep a forward's activations about the same
         sampler = dataclasses.replace(sampler, batch_size=2)
         grpo = dataclasses.replace(grpo, train_batch_size=1)
-    from spotlight.policies.base import FLOW_GRPO_LORA_TARGETS  # torch: only when built
-
     return Config(
         recipe=f"qwen-image-{task}-{size}",
         policy=PolicyConfig(

@@ -102,7 +102,7 @@ def _scenario(args: argparse.Namespace):
         and args.gpus_per_node is None
     ):
         return args.scenario
-    from spotlight.sim.sim_model import SCENARIOS
+    from spotlight.sim.scenarios import SCENARIOS
 
     base = SCENARIOS[args.scenario]
     if args.explore_candidates is not None and args.explore_candidates < 2 * base.group_size:
@@ -130,7 +130,8 @@ def add_parser(sub) -> None:
 
 def _add_run_flags(sim: argparse.ArgumentParser) -> None:
     """What is simulated: the scenario, the trace, the systems, and how many runs."""
-    from spotlight.sim.sim_model import SCENARIOS, SYSTEMS
+    from spotlight.sim.scenarios import SCENARIOS
+    from spotlight.sim.sim_model import SYSTEMS
 
     sim.add_argument("--scenario", default="paper-512", choices=sorted(SCENARIOS))
     sim.add_argument(

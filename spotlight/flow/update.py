@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import torch
 
-from spotlight.config import GRPOConfig
+from spotlight.config import GRPOConfig, trained_step_count
 from spotlight.flow.grpo import (
     LossStats,
     advantage_weighted_matching_loss,
@@ -50,7 +50,7 @@ def train_step_indices(
         raise ValueError(
             f"step window [{start}, {end}) must satisfy 0 <= start < end <= {num_steps}"
         )
-    k = max(1, round(fraction * (end - start)))
+    k = trained_step_count(fraction, (start, end))
     return sorted(random.Random(seed).sample(range(start, end), k))
 
 

@@ -5,8 +5,8 @@ report repeats the distinction.
 
 * Step costs come from ``calib/h200-qwen-image.json`` (a Qwen-Image-sized DiT, 20.4 B parameters,
   on one H200, measured with CUDA events; shipped in ``spotlight/assets/calib``).
-* Scenario sizes (GPU counts, prompts per iteration, group size) are choices, stated per
-  scenario.
+* Scenario sizes: the paper scenarios are built from the recipes and cluster.yaml
+  (``spotlight.sim.scenarios``).
 * Overheads (weights broadcast, replica start, notices, leases) are modelled from the
   measurements named on each field. Spot capacity comes and goes in whole nodes
   (``Scenario.gpus_per_node``).
@@ -62,6 +62,35 @@ class StepCosts:
 
 
 @dataclass(frozen=True)
+class NodeStart:
+    """What a new spot node costs before its first item, from its parts (estimates from AWS's
+    and the components' published figures, none measured on AWS here; docs/cluster.md, "What a
+    new spot node costs before its first item")."""
+
+    boot_s: float = 105.0
+    """Launch to SSH: about 1.5-2 minutes for a p5 with the Deep Learning Base AMI."""
+    image_pull_s: float = 60.0
+    """The project's container image, 10-15 GB from ECR in the region at 200-400 MB/s."""
+    join_s: float = 10.0
+    """NFS mount, ``ray start``, joining the head."""
+    replica_s: float = 20.0
+    """The Serve replica's process: imports, CUDA context."""
+    weights_gb: float = 58.0
+    """Qwen-Image: transformer 41 GB, text encoder 16 GB, VAE, all bf16."""
+    read_gb_per_s: float = 1.2
+    """From ``/shared`` (NFS on the head): its 12.5 Gbit/s network, one node loading at a time."""
+
+    def total_s(self) -> float:
+        return (
+            self.boot_s
+            + self.image_pull_s
+            + self.join_s
+            + self.replica_s
+            + self.weights_gb / self.read_gb_per_s
+        )
+
+
+@dataclass(frozen=True)
 class Overheads:
     """Modelled times (seconds) and how they were chosen."""
 
@@ -69,9 +98,8 @@ class Overheads:
     """A replica picks up a new weights version: 41 GB bf16 read from the node's object store
     (one network transfer per node); measured here for the tiny model: 18 ms
     (docs/benchmarks.md); modelled for Qwen-Image at ~25 GB/s host-to-device."""
-    replica_start_s: float = 120.0
-    """A new spot GPU becomes a sampling replica: process start, imports, 41 GB of weights from
-    storage (modelled: ~0.5 GB/s per node from object storage plus ~40 s start)."""
+    replica_start_s: float = NodeStart().total_s()
+    """A new spot node becomes sampling replicas: :class:`NodeStart`'s parts (243 s)."""
     notice_s: float = 120.0
     """Warning before a preemption (AWS spot: 2 minutes)."""
     hard_share: float = 0.1
@@ -99,6 +127,8 @@ class Scenario:
     group_size: int
     num_steps: int
     train_step_fraction: float
+    """Forward + backward passes a sample costs the update, per denoising step sampled (the paper
+    scenarios: 4 of 10, Flow-GRPO's 2-step window replayed with guidance)."""
     batch_size: int
     """Samples per work item."""
     sp_degree: int
@@ -148,57 +178,6 @@ class Scenario:
 
     def costs(self) -> StepCosts:
         return self.step_costs or StepCosts.from_calib(self.image_tokens)
-
-
-SCENARIOS: dict[str, Scenario] = {
-    "paper-512": Scenario(
-        name="paper-512",
-        image_tokens=1024,
-        trainer_gpus=16,
-        sampler_gpus=32,
-        fallback_gpus=8,
-        prompts_per_iteration=32,
-        group_size=16,
-        num_steps=10,
-        train_step_fraction=0.6,
-        batch_size=8,
-        sp_degree=1,
-        gpus_per_node=8,
-    ),
-    "paper-1280": Scenario(
-        name="paper-1280",
-        image_tokens=6400,
-        trainer_gpus=16,
-        sampler_gpus=32,
-        fallback_gpus=8,
-        prompts_per_iteration=16,
-        group_size=16,
-        num_steps=10,
-        train_step_fraction=0.6,
-        batch_size=2,
-        sp_degree=4,
-        gpus_per_node=8,
-        sp_efficiency={1: 1.0, 2: 0.92, 3: 0.88, 4: 0.85, 6: 0.78, 8: 0.72},
-    ),
-    "small": Scenario(
-        name="small",
-        image_tokens=1024,
-        trainer_gpus=2,
-        sampler_gpus=4,
-        fallback_gpus=2,
-        prompts_per_iteration=4,
-        group_size=4,
-        num_steps=4,
-        train_step_fraction=0.5,
-        batch_size=2,
-        sp_degree=2,
-        sp_efficiency={1: 1.0, 2: 0.9},
-        explore_candidates=8,
-        critical_candidates=8,
-        overheads=Overheads(replica_start_s=10.0, notice_s=5.0, lease_s=5.0),
-        max_hours=5.0,
-    ),
-}
 
 
 @dataclass(frozen=True)

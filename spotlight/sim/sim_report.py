@@ -25,7 +25,8 @@ from typing import Any, TextIO
 
 from spotlight.scheduling.costs import PriceTable
 from spotlight.scheduling.traces import CapacityTrace, load_trace
-from spotlight.sim.sim_model import SCENARIOS, SYSTEMS, LearningModel, Scenario
+from spotlight.sim.scenarios import SCENARIOS
+from spotlight.sim.sim_model import SYSTEMS, LearningModel, Scenario
 from spotlight.sim.simulator import RunResult, Simulation
 
 PAPER = {"speedup_vs_baselines": 4.0, "cost_ratio_range": [1.4, 6.4]}
@@ -152,9 +153,9 @@ def simulate(
 
 def _check(scenario, systems, trace_windows, workers, ablation_windows):
     """The scenario and the system names, after checking ``simulate``'s arguments."""
-    sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     if isinstance(scenario, str) and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     names = systems or list(SYSTEMS)
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:

@@ -155,9 +155,10 @@ class RunResult:
 
 
 def update_s(sc: Scenario, costs: StepCosts, gpus: int) -> float:
-    """Seconds of one update on ``gpus`` GPUs: every sample of the rollout trains
-    ``train_step_fraction`` of its steps, spread over the GPUs with linear data-parallel scaling
-    (no communication cost modelled, for every system alike)."""
+    """Seconds of one update on ``gpus`` GPUs: every sample of the rollout costs
+    ``num_steps x train_step_fraction`` forward + backward passes (the paper scenarios: its
+    recipe's, ``spotlight.sim.scenarios.trained_passes``), spread over the GPUs with linear
+    data-parallel scaling (no communication cost modelled, for every system alike)."""
     return (
         sc.prompts_per_iteration
         * sc.group_size

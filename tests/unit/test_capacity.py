@@ -76,10 +76,14 @@ def test_no_reward_role_without_reward_gpus():
 
 
 def test_cluster_yaml_holds_the_paper_runs_documented_commands():
-    """16 trainer workers, 16 sampler replicas at SP 4 on 8-GPU spot nodes, a model reward."""
+    """Each paper run (docs/cluster.md's commands, tested against ``PAPER_RUNS`` in
+    test_scenarios.py) with a model reward."""
+    from spotlight.sim.scenarios import PAPER_RUNS
+
     types = node_types(yaml.safe_load(CLUSTER_YAML.read_text()))
-    roles = job_roles(train_workers=16, samplers=16, workers_per_replica=4, reward_gpus=1)
-    assert shortfalls(types, roles) == []
+    for run in PAPER_RUNS.values():
+        roles = job_roles(run.train_workers, run.samplers, run.workers_per_replica, 1.0)
+        assert shortfalls(types, roles) == []
     assert shortfalls(types, job_roles(17, 1, 1, 0.0))  # one trainer worker more does not fit
 
 

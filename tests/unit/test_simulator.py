@@ -11,8 +11,8 @@ import pytest
 
 from spotlight.scheduling.costs import PriceTable
 from spotlight.scheduling.traces import TRACES_DIR, CapacityTrace, load_trace
+from spotlight.sim.scenarios import SCENARIOS
 from spotlight.sim.sim_model import (
-    SCENARIOS,
     SYSTEMS,
     LearningModel,
     Overheads,
