@@ -569,6 +569,9 @@ class Simulation:
         waiting = set(ids)  # ids - done
         while waiting:
             if not self._events:
+                if deadline is not None:  # nothing will happen before it (no capacity)
+                    self._advance(max(self.t, deadline))
+                    break
                 raise RuntimeError("simulation stalled: work left but nothing can happen")
             at, _, kind, payload = self._events[0]
             if deadline is not None and at > deadline:

@@ -157,6 +157,20 @@ def test_zero_spot_capacity_degrades_to_on_demand_behaviour():
     assert spot.ledger.cost_usd() == pytest.approx(od.ledger.cost_usd())
 
 
+def test_exploration_with_no_capacity_left_waits_out_the_update_and_training_goes_on():
+    # The spot node goes at 30 s and the trace holds no more capacity: exploration during an
+    # update has nothing to run on and nothing will happen; it ends with the update, and the
+    # rollouts fall back to on-demand samplers (the trainer does not sample in this system).
+    gone = CapacityTrace("gone", (0.0, 30.0), (1, 0), 10**6)
+    sc = _hand_scenario(
+        max_hours=2.0, prompts_per_iteration=8, batch_size=4, group_size=4, explore_candidates=8
+    )
+    learn = LearningModel(baseline_iterations=20)
+    r = Simulation(sc, SYSTEMS["ablation_no_trainer_samples"], gone, learning=learn).run()
+    assert r.reached and r.preemptions == 1
+    assert r.spill_launches >= 1
+
+
 def _kill_mid_rollout(hard_share: float, commit_every: int):
     # Two spot GPUs; one goes at t=5 s, mid-item (items take 2 x 4 steps x 1 s = 8 s + 2 s load).
     trace = CapacityTrace("drop", (0.0, 5.0), (2, 1), 100.0)
