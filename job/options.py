@@ -6,9 +6,15 @@ these fields; ``validate`` refuses a bad combination before Ray starts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotlight.scheduling.costs import PriceTable
+
+OPTIONS_FILE = "ray_options.json"
+"""The run folder's record of the Ray options it last ran with (``config.json`` holds the
+algorithm's settings, which a resume cannot change; these it can, and says so)."""
 
 
 @dataclass
@@ -81,6 +87,18 @@ class RayOptions:
     """GPUs of the reward deployment. None: one for a model reward (``MODEL_REWARDS``: an OCR
     model, GenEval's detector and CLIP) on a CUDA device, else none."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON values (tuples as lists), as ``OPTIONS_FILE`` holds them."""
+        return json_values(dataclasses.asdict(self))
+
+    def changes_from(self, saved: dict[str, Any]) -> list[str]:
+        """``name: saved -> now`` for every option that differs from ``saved`` (a
+        ``to_dict`` of an earlier start of the run); options it lacks are left out."""
+        now = self.to_dict()
+        return [
+            f"{k}: {saved[k]!r} -> {v!r}" for k, v in now.items() if k in saved and saved[k] != v
+        ]
+
     @property
     def workers_per_replica(self) -> int:
         return self.sp_workers if self.sp_workers is not None else self.sp_degree
@@ -126,6 +144,15 @@ class RayOptions:
             from spotlight.scheduling.traces import load_trace
 
             load_trace(self.spot_trace)  # a missing or malformed trace fails before Ray starts
+
+
+def json_values(value: Any) -> Any:
+    """``value`` with its tuples as lists (what JSON gives back), recursively."""
+    if isinstance(value, dict):
+        return {k: json_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_values(v) for v in value]
+    return value
 
 
 def local_resources(opts: RayOptions) -> dict[str, float]:

@@ -10,6 +10,7 @@ and the detached actors are cleaned up at the end (``keep_cluster_state`` keeps 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,7 +19,7 @@ from spotlight import progress
 from spotlight.config import Config
 from spotlight.job.cluster import check_capacity, check_storage, cleanup, connect
 from spotlight.job.controller import Controller
-from spotlight.job.options import RayOptions
+from spotlight.job.options import OPTIONS_FILE, RayOptions
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.job.ray_logs import RayLogRoute
 from spotlight.training.loop import stop_reason, validate_now
@@ -66,10 +67,25 @@ def run_ray(
                 " it or choose another --out"
             )
         write_json(out_dir / "config.json", cfg.to_dict())
+    _record_options(opts, out_dir, resume, log)
     with RayLogRoute(out_dir / RAY_LOG, log) as route:  # entered before ray.init's first lines
         started_here, injector = connect(opts, log)
         route.take_worker_output()
         return _run_ray(cfg, out_dir, resume, opts, log, started_here, injector)
+
+
+def _record_options(opts: RayOptions, out_dir: Path, resume: bool, log: TextIO | None) -> None:
+    """Write the Ray options to ``OPTIONS_FILE``; a resume first names the ones it changes."""
+    path = out_dir / OPTIONS_FILE
+    if resume and path.exists():
+        changes = opts.changes_from(json.loads(path.read_text()))
+        if changes:
+            progress.line(
+                log,
+                f"[spotlight] resume: these Ray options differ from the run's last start: "
+                f"{'; '.join(changes)}",
+            )
+    write_json(path, opts.to_dict())
 
 
 def _run_ray(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -300,7 +301,13 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
     cfg = _nft_ema(smoke(iterations=2))
     opts = ray_options(num_train_workers=2)
     run_ray(dataclasses.replace(cfg, num_iterations=1), tmp_path, opts=opts)
-    run_ray(cfg, tmp_path, resume=True, opts=opts)
+    # the resume holds its leases longer: it says so, and the run folder records it
+    longer = dataclasses.replace(opts, lease_s=opts.lease_s + 30)
+    log = io.StringIO()
+    run_ray(cfg, tmp_path, resume=True, opts=longer, log=log)
+    assert f"lease_s: {opts.lease_s!r} -> {longer.lease_s!r}" in log.getvalue()
+    saved = json.loads((tmp_path / "ray_options.json").read_text())
+    assert saved["lease_s"] == longer.lease_s
     rows = _rows(tmp_path)
     assert [r["iteration"] for r in rows] == [0, 1]
     assert [r["loss/nft_old_decay"] for r in rows] == [0.5, 0.9]

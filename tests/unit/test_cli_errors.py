@@ -77,3 +77,19 @@ def test_an_out_folder_that_is_a_file_is_one_line(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("spotlight: error:") and str(taken) in err and "Traceback" not in err
+
+
+def test_ray_options_round_trip_through_json_and_name_what_a_resume_changes():
+    import dataclasses
+    import json
+
+    from spotlight.job.options import RayOptions
+
+    first = RayOptions(notice_sources=("aws",), commit_every=4)
+    saved = json.loads(json.dumps(first.to_dict()))
+    assert first.changes_from(saved) == []  # tuples and the nested price table survive JSON
+    later = dataclasses.replace(first, commit_every=2, spill="never")
+    assert later.changes_from(saved) == ["commit_every: 4 -> 2", "spill: 'after_wait' -> 'never'"]
+    # an option the saved file lacks (a run started before it existed) is not reported
+    del saved["spill"]
+    assert later.changes_from(saved) == ["commit_every: 4 -> 2"]
