@@ -4,7 +4,9 @@ Every number here is either **measured** (and says where) or **modelled** (and s
 report repeats the distinction.
 
 * Step costs come from ``calib/h200-qwen-image.json`` (a Qwen-Image-sized DiT, 20.4 B parameters,
-  on one H200, measured with CUDA events; shipped in ``spotlight/assets/calib``).
+  on one H200, measured with CUDA events; shipped in ``spotlight/assets/calib``) for the update,
+  and from ``calib/h200-qwen-image-recipe.json`` (the recipes' own sampler with its LoRA) for
+  sampling.
 * Scenario sizes: the paper scenarios are built from the recipes and cluster.yaml
   (``spotlight.sim.scenarios``).
 * Overheads (weights broadcast, replica start, notices, leases) are modelled from the
@@ -24,12 +26,16 @@ from pathlib import Path
 from typing import Any
 
 CALIB = Path(__file__).resolve().parents[1] / "assets" / "calib" / "h200-qwen-image.json"
+RECIPE_PATH = CALIB.with_name("h200-qwen-image-recipe.json")
+"""The Qwen-Image recipes' own sampler on one H200 (benchmarks/gpu_qwen_image_recipe.py:
+``QwenImagePolicy`` with the recipes' rank-64 LoRA, 256 text tokens, random full-size weights)."""
 EVALS = Path(__file__).resolve().parents[1] / "assets" / "calib"
 
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Seconds of one GPU's work (measured: ``calib/h200-qwen-image.json``)."""
+    """Seconds of one GPU's work (measured: ``calib/h200-qwen-image-recipe.json`` and
+    ``calib/h200-qwen-image.json``, see ``from_calib``)."""
 
     sample_step_s: float
     """One sample, one denoising step, with classifier-free guidance (two forwards' worth)."""
@@ -39,9 +45,13 @@ class StepCosts:
     """bf16 weights."""
 
     @staticmethod
-    def from_calib(image_tokens: int, path: Path = CALIB) -> StepCosts:
-        """Per-sample costs at ``image_tokens`` (1024: 512x512, 6400: 1280x1280), from the
-        calibration rows with the largest batch measured at that size (best throughput)."""
+    def from_calib(
+        image_tokens: int, path: Path = CALIB, recipe_path: Path | None = RECIPE_PATH
+    ) -> StepCosts:
+        """Per-sample costs at ``image_tokens`` (1024: 512x512, 6400: 1280x1280): the sampling
+        step from ``recipe_path`` (the recipes' sampler, LoRA included) where it has a warm
+        item at that size, else twice the bare forward; the trained step from the calibration
+        rows (``path``) with the largest batch measured at that size (best throughput)."""
         doc = json.loads(path.read_text())
         rows = [r for r in doc["rows"] if r["img_tokens"] == image_tokens]
         if not rows:
@@ -54,11 +64,23 @@ class StepCosts:
             return min(found)
 
         fwd = best(("fwd",))
+        sample = recipe_sample_step_s(image_tokens, recipe_path) if recipe_path else None
         return StepCosts(
-            sample_step_s=2 * fwd,  # guidance: conditional + unconditional forward
+            # guidance: conditional + unconditional forward
+            sample_step_s=sample if sample is not None else 2 * fwd,
             train_step_s=best(("fwd+bwd+ckpt", "fwd+bwd")),
             model_gb=doc["params_B"] * 2,
         )
+
+
+def recipe_sample_step_s(image_tokens: int, path: Path = RECIPE_PATH) -> float | None:
+    """Seconds per sample and step of the recipes' sampler at ``image_tokens`` (16 x 16 pixels
+    a token), from the warm item of a run of ``path`` with its LoRA on; None: not measured."""
+    for run in json.loads(path.read_text())["runs"]:
+        height, width = run["image_size"]
+        if (height // 16) * (width // 16) == image_tokens:
+            return run["warm_item_s_per_sample_step"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -212,8 +234,10 @@ class System:
     they are on-demand GPUs held anyway, so the rollout costs no more."""
     trainer_share: float | None = None
     """On-demand separate pools only: split the same trainer + sampler GPUs as ``share`` trainers
-    and the rest samplers (None: the scenario's split). The ``*_split`` systems use 2/3, the
-    best of 1/3, 1/2, 2/3 and 5/6 in a scan at paper-512 (docs/simulator.md)."""
+    and the rest samplers (None: the scenario's split). The ``*_split`` systems use 1/3, the
+    best share in a scan of 1/6 to 5/6 at both paper scenarios (docs/simulator.md): the
+    scenarios' own split, so there they equal ``on_demand_grpo`` and ``async_one_step``; a
+    scenario whose samplers and trainers weigh otherwise is where they differ."""
 
     def trainer_gpus(self, sc: Scenario) -> int:
         """GPUs that run the update."""
@@ -267,8 +291,8 @@ SYSTEMS: dict[str, System] = {
         System("colocated", "on_demand", pipeline="colocated"),
         System("colocated_same_total", "on_demand", pipeline="colocated", colocated_gpus="total"),
         System("async_one_step", "on_demand", pipeline="async_one_step"),
-        System("on_demand_grpo_split", "on_demand", trainer_share=2 / 3),
-        System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=2 / 3),
+        System("on_demand_grpo_split", "on_demand", trainer_share=1 / 3),
+        System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=1 / 3),
         System("spot_grpo", "spot"),
         *_spotlight(),
     ]

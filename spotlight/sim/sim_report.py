@@ -52,7 +52,12 @@ FRAMINGS = {
 """How a baseline is matched to Spotlight in ``best_baselines`` (GPU counts: ``System``)."""
 
 MEASURED_VS_MODELLED = [
-    ("measured", "step costs: calib/h200-qwen-image.json (20.4 B DiT on one H200, CUDA events)"),
+    (
+        "measured",
+        "step costs: sampling from calib/h200-qwen-image-recipe.json (the recipes' sampler with"
+        " its LoRA), the update from calib/h200-qwen-image.json (20.4 B DiT, CUDA events), on"
+        " one H200",
+    ),
     ("measured", "spot capacity over time: the replayed trace (SkyPilot or Oobleck, real AWS/GCP)"),
     (
         "measured",
