@@ -569,8 +569,7 @@ class Simulation:
         waiting = set(ids)  # ids - done
         while waiting:
             if not self._events:
-                if deadline is not None:  # nothing will happen before it (no capacity)
-                    self._advance(max(self.t, deadline))
+                if deadline is not None:  # nothing will happen: idle to it, below
                     break
                 raise RuntimeError("simulation stalled: work left but nothing can happen")
             at, _, kind, payload = self._events[0]
