@@ -6,13 +6,14 @@ python benchmarks/dead_groups.py --task ocr-mini --num-prompts 128 --num-seeds 3
 
 Each checkpoint samples the first ``--num-prompts`` training prompts (the ones rollouts draw)
 with seeds 0..N-1 and the task recipe's sampler; Tesseract reads every image once, and each
-reward variant is computed from that read (``ocr``: the graded score; ``ocr-2of3`` and
-``ocr-exact``: the binary rewards ``score >= 2/3`` and ``score == 1``). For a group of G per
+reward variant is computed from that read (``ocr``: the graded score; ``ocr-1of3``,
+``ocr-2of3`` and ``ocr-exact``: the binary rewards ``score >= 1/3``, ``score >= 2/3`` and
+``score == 1``). For a group of G per
 reward variant (spotlight/explore/dead_groups.py): the share of dead groups (all G rewards equal)
 among random G-subsets and among max-variance subsets of the N, and the mean std of a random and
 of a selected group. Writes ``dead-groups-<task>.json`` (with every prompt's N graded scores, so
 the report can be recomputed) and prints a table. A checkpoint whose scores are already in the
-output file is not sampled again (``--force`` samples it anew).
+output file is not sampled again (``--force`` samples it anew), and need not exist any more.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 from spotlight.explore.dead_groups import group_statistics
 from spotlight.rewards.ocr import binarize
 
-VARIANTS = {"ocr": None, "ocr-2of3": 2 / 3, "ocr-exact": 1.0}
+VARIANTS = {"ocr": None, "ocr-1of3": 1 / 3, "ocr-2of3": 2 / 3, "ocr-exact": 1.0}
 """Reward variant -> threshold on the graded OCR score (None: the graded score itself)."""
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,14 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", type=int, default=8, help="group size G")
     ap.add_argument("--out", default="docs/bench")
     ap.add_argument("--force", action="store_true", help="sample every checkpoint anew")
+    ap.add_argument(
+        "--population",
+        nargs=3,
+        metavar=("CHECKPOINT", "VARIANT", "PATH"),
+        help="also write one checkpoint's rewards under one variant as an eval.json-style prompt"
+        " population (per_prompt rewards: the simulator's --prompts-file)",
+    )
     args = ap.parse_args(argv)
     if args.num_seeds < args.group:
         ap.error(f"--num-seeds ({args.num_seeds}) must be >= --group ({args.group})")
     named = []
     for spec in args.checkpoint:
         name, sep, path = spec.partition("=")
-        if not sep or not name or not Path(path).is_file():
-            ap.error(f"--checkpoint {spec!r}: want NAME=PATH of an existing file")
+        if not sep or not name:
+            ap.error(f"--checkpoint {spec!r}: want NAME=PATH")
         named.append((name, path))
 
     from spotlight.tasks import get_task
@@ -113,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         for c in old.get("checkpoints", [])
         if old.get("num_seeds") == args.num_seeds and old.get("num_prompts") == len(prompts)
     }
+    for name, ckpt in named:
+        if not Path(ckpt).is_file() and cached.get(name, {}).get("path") != relative(ckpt):
+            ap.error(f"--checkpoint {name}={ckpt}: no such file (and no scores of it in {path})")
     checkpoints = []
     for name, ckpt in named:
         if name in cached and cached[name]["path"] == relative(ckpt):
@@ -148,7 +159,38 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(report(doc))
     print(f"[dead-groups] -> {path}")
+    if args.population:
+        write_population(doc, prompts, *args.population)
     return 0
+
+
+def write_population(doc: dict, prompts: list[str], checkpoint: str, variant: str, path: str):
+    """One checkpoint's per-prompt rewards under ``variant``, in the ``per_prompt`` layout of
+    ``spotlight eval``'s eval.json (what spotlight.sim.sim_rewards fits)."""
+    named = {c["name"]: c for c in doc["checkpoints"]}
+    if checkpoint not in named or variant not in VARIANTS:
+        raise SystemExit(
+            f"--population {checkpoint} {variant}: checkpoints {sorted(named)}, variants"
+            f" {sorted(VARIANTS)}"
+        )
+    rewards = variant_rewards(named[checkpoint]["scores"], VARIANTS[variant])
+    seeds = list(range(doc["num_seeds"]))
+    population = {
+        "command": doc["command"],
+        "task": doc["task"],
+        "checkpoint": named[checkpoint]["path"],
+        "reward": variant,
+        "num_prompts": len(rewards),
+        "num_seeds": doc["num_seeds"],
+        "mean_reward": float(np.mean(rewards)),
+        "per_prompt": [
+            {"prompt": p, "seeds": seeds, "rewards": r}
+            for p, r in zip(prompts, rewards, strict=True)
+        ],
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(population) + "\n")
+    print(f"[dead-groups] {checkpoint} under {variant}: population -> {path}")
 
 
 if __name__ == "__main__":

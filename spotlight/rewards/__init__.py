@@ -33,6 +33,12 @@ def _ocr_exact(model: str | None = None) -> Reward:
     return OcrReward(threshold=1.0)
 
 
+def _ocr_1of3(model: str | None = None) -> Reward:
+    from spotlight.rewards.ocr import OcrReward
+
+    return OcrReward(threshold=1 / 3)
+
+
 def _ocr_2of3(model: str | None = None) -> Reward:
     from spotlight.rewards.ocr import OcrReward
 
@@ -68,14 +74,16 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "ocr": _ocr,
     "ocr-exact": _ocr_exact,
     "ocr-2of3": _ocr_2of3,
+    "ocr-1of3": _ocr_1of3,
     "geneval": _geneval,
     "clip": _clip,
     "ocr-model": _ocr_model,
     "geneval-model": _geneval_model,
 }
 """Name -> factory ``(model folder or None) -> reward``. ``ocr``: Tesseract (OCR-mini);
-``ocr-exact`` / ``ocr-2of3``: the same read, binary (1 when the word is read exactly / with at
-most one letter wrong; the saturating rewards of Flow-GRPO's GenEval style);
+``ocr-exact`` / ``ocr-2of3`` / ``ocr-1of3``: the same read, binary (1 when the word is read
+exactly / with at most one letter wrong / with at least one letter right; the saturating rewards
+of Flow-GRPO's GenEval style, ``ocr-1of3`` the most lenient);
 ``geneval``: the rule-based GenEval-mini detector; ``ocr-model``: GOT-OCR 2.0 on real images
 (spotlight.rewards.ocr_model); ``geneval-model``: GenEval's rules on Mask2Former detections and
 CLIP colours (spotlight.rewards.geneval_model); ``clip``: a CLIP score (real clusters);

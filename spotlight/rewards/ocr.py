@@ -352,7 +352,7 @@ class OcrReward:
 
     With ``threshold`` set the reward is binary: 1 where the score above reaches ``threshold``,
     else 0 (``ocr-exact``: 1.0, GenEval's strict style, the word read exactly; ``ocr-2of3``:
-    2/3, at most one letter wrong on a 3-letter word).
+    2/3, at most one letter wrong on a 3-letter word; ``ocr-1of3``: 1/3, one letter right).
 
     ``r`` keeps only words Tesseract is more than ``min_confidence`` sure of (Flow-GRPO keeps
     PaddleOCR words of score > 0; Tesseract's guess on a blank image has confidence 0).

@@ -64,3 +64,39 @@ def test_rescue_keeps_a_live_random_group_and_rescues_a_dead_one():
     assert set(SELECTIONS) == {"max_variance", "rescue"}
     with pytest.raises(ValueError, match="group"):
         rescue_subset([1.0], 2)
+
+
+def test_the_screen_reuses_stored_scores_of_a_checkpoint_that_is_gone(tmp_path, capsys):
+    import json
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "dead_groups.py"
+    main = runpy.run_path(str(script))["main"]
+    scores = [[0.0, 1 / 3, 2 / 3, 1.0]] * 2
+    old = {
+        "num_seeds": 4,
+        "num_prompts": 2,
+        "checkpoints": [
+            {"name": "gone", "path": "runs/gone.safetensors", "seconds": 1.0, "scores": scores}
+        ],
+    }
+    (tmp_path / "dead-groups-ocr-mini.json").write_text(json.dumps(old))
+    args = ["--num-prompts", "2", "--num-seeds", "4", "--group", "2", "--out", str(tmp_path)]
+    assert main([*args, "--checkpoint", "gone=runs/gone.safetensors"]) == 0
+    doc = json.loads((tmp_path / "dead-groups-ocr-mini.json").read_text())
+    rewards = doc["checkpoints"][0]["rewards"]
+    assert list(rewards) == ["ocr", "ocr-1of3", "ocr-2of3", "ocr-exact"]
+    assert [rewards[v]["mean"] for v in ("ocr-1of3", "ocr-2of3", "ocr-exact")] == [0.75, 0.5, 0.25]
+    assert "scores reused" in capsys.readouterr().out
+    population = tmp_path / "population.json"
+    ck = "gone=runs/gone.safetensors"
+    assert (
+        main([*args, "--checkpoint", ck, "--population", "gone", "ocr-2of3", str(population)]) == 0
+    )
+    per_prompt = json.loads(population.read_text())["per_prompt"]
+    assert [p["rewards"] for p in per_prompt] == [[0.0, 0.0, 1.0, 1.0]] * 2
+    # a missing file whose scores are not stored is refused before anything runs
+    with pytest.raises(SystemExit):
+        main([*args, "--checkpoint", "other=runs/other.safetensors"])
+    assert "no such file" in capsys.readouterr().err

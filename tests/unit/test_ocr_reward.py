@@ -257,12 +257,16 @@ def test_binary_rewards_are_the_graded_score_thresholded(reward: OcrReward) -> N
     prompts = signs(ws) * 2
     graded = reward(images, prompts)
     exact, two = build_reward("ocr-exact"), build_reward("ocr-2of3")
+    one = build_reward("ocr-1of3")
     try:
         np.testing.assert_array_equal(exact(images, prompts), binarize(graded, 1.0))
         np.testing.assert_array_equal(two(images, prompts), binarize(graded, 2 / 3))
+        np.testing.assert_array_equal(one(images, prompts), binarize(graded, 1 / 3))
+        assert one(images, prompts).sum() >= two(images, prompts).sum()
         assert exact(images, prompts)[12:].max() == 0.0  # a wrong letter is never exact
         assert two(images, prompts)[12:].mean() >= 0.75  # ...but mostly two of three
         assert pickle.loads(pickle.dumps(exact)).threshold == 1.0
     finally:
         exact.close()
         two.close()
+        one.close()
