@@ -9,7 +9,9 @@ trained samples per iteration in every mode:
 * ``spot_uniform``: ``spot`` with the planner's uniform-allocation ablation;
 * ``rescue``: ``spot`` that keeps random seeds, and the max-variance ones only for prompts whose
   random group would be dead on the explored (stale) rewards;
-* ``full_pool``: ``critical_path`` whose advantages take mean and std over all the candidates.
+* ``full_pool``: ``critical_path`` whose advantages take mean and std over all the candidates;
+* ``spot_live``: ``spot`` whose planner learns where exploring rescues dead groups
+  (``planner_gain="live"``) instead of where it raises the selected std.
 
 Writes ``DIR/exploration.json`` (per mode: iterations and wall time to the target, validation
 gain per iteration, mean group reward std, share of zero-variance groups, the stale/fresh
@@ -44,6 +46,7 @@ MODES = {
     "spot_uniform": {"mode": "spot", "uniform": True},
     "rescue": {"mode": "spot", "selection": "rescue"},
     "full_pool": {"mode": "critical_path", "pool_advantages": True},
+    "spot_live": {"mode": "spot", "planner_gain": "live"},
 }
 
 

@@ -241,6 +241,10 @@ class ExplorationConfig:
     """Planner: optimistic gain of a never-observed arm (reward std per chunk)."""
     uniform: bool = False
     """Planner ablation: spread the budget evenly instead of by learned gains."""
+    planner_gain: str = "std"
+    """What the planner learns a chunk of explored seeds is worth (spotlight/explore/planner.py):
+    'std': the rise of the selected group's reward std; 'live': 1 where the chunk turns a
+    prompt's selected group from dead (rewards all equal) to live, else 0."""
     max_staleness: int = 1
     """Explored rewards older than this many weights versions are not used."""
     max_seeds_per_iteration: int = 1024
@@ -272,6 +276,11 @@ class ExplorationConfig:
                 f"exploration.selection must be one of {', '.join(SELECTIONS)},"
                 f" got {self.selection!r}"
             )
+        if self.planner_gain not in PLANNER_GAINS:
+            raise ValueError(
+                f"exploration.planner_gain must be one of {', '.join(PLANNER_GAINS)},"
+                f" got {self.planner_gain!r}"
+            )
         if self.pool_advantages and self.mode != "critical_path":
             raise ValueError(
                 "exploration.pool_advantages needs exploration.mode=critical_path (the"
@@ -298,6 +307,10 @@ class ExplorationConfig:
             )
         if self.num_buckets < 1 or self.ucb_c < 0 or self.prior_gain < 0:
             raise ValueError("exploration: num_buckets >= 1, ucb_c >= 0 and prior_gain >= 0")
+
+
+PLANNER_GAINS = ("std", "live")
+"""``ExplorationConfig.planner_gain`` values."""
 
 
 @dataclass(frozen=True)

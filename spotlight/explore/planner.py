@@ -20,7 +20,12 @@ whose seeds disagree lands higher. (Bucketing by mean reward cannot tell "never 
 **Update rule.** Every exploration tells what each of its chunks added, counterfactually: for a
 prompt explored with ``L`` chunks, the gain of chunk ``l`` is ``std(best G of the first l*G
 seeds) - std(best G of the first (l-1)*G seeds)`` (the first G seeds are random, so chunk 1
-is the no-exploration baseline). Each gain updates its arm's running mean.
+is the no-exploration baseline). Each gain updates its arm's running mean. With
+``planner_gain="live"`` the gain is instead 1 when chunk ``l`` turns the best group from dead
+(all rewards equal: no gradient under group-normalized advantages) to live, else 0: the arm's
+mean is then the chance that the chunk rescues a dead group, which is what the exact-reward
+bench found to move learning (docs/benchmarks.md), where a higher std of a group already live
+did not.
 
 **Allocation (UCB).** Arm score = mean gain + ``ucb_c * sqrt(ln(1 + n_total) / (1 + n_arm))``;
 an arm never observed scores ``prior_gain`` plus its bonus (optimism). Greedily, the next chunk
@@ -112,13 +117,17 @@ class Planner:
 
     # -- Learning ------------------------------------------------------------------------
     def chunk_gains(self, rewards: Sequence[float]) -> list[float]:
-        """What each chunk after the first added to the selected-group std (see docstring)."""
+        """What each chunk after the first added to the selected group: its std, or its being
+        live (``planner_gain``; see the module docstring)."""
         g = self.group
-        stds = []
+        values = []
         for n in range(g, len(rewards) + 1, g):
             head = list(rewards[:n])
-            stds.append(float(np.std([head[i] for i in max_variance_subset(head, g)])))
-        return [b - a for a, b in itertools.pairwise(stds)]
+            if self.cfg.planner_gain == "live":  # the best group is live iff the head is
+                values.append(float(max(head) > min(head)))
+            else:
+                values.append(float(np.std([head[i] for i in max_variance_subset(head, g)])))
+        return [b - a for a, b in itertools.pairwise(values)]
 
     def observe(self, prompt: str, rewards: Sequence[float]) -> list[float]:
         """Learn from one prompt's explored rewards (in exploration order); returns the gains."""

@@ -102,7 +102,9 @@ def test_new_modes_configure_rescue_and_full_pool():
         "max_variance",
         True,
     )
-    for mode in ("rescue", "full_pool"):
+    live = run_config(base, "spot_live", 1).exploration
+    assert (live.mode, live.planner_gain, live.selection) == ("spot", "live", "max_variance")
+    for mode in ("rescue", "full_pool", "spot_live"):
         run_config(base, mode, 0).validate()
 
 

@@ -90,3 +90,22 @@ def test_planner_beats_uniform_at_equal_budget_on_a_synthetic_population():
     bandit = np.mean([run(False, s) for s in range(3)])
     uniform = np.mean([run(True, s) for s in range(3)])
     assert bandit > 1.1 * uniform, (bandit, uniform)
+
+
+def test_live_gains_count_the_chunks_that_rescue_a_dead_group():
+    p = Planner(ExplorationConfig(max_candidates=8, planner_gain="live"), group=2)
+    # the first 2 seeds agree (dead), the 4 agree too, the sixth differs: chunk 3 rescues it
+    assert p.chunk_gains([0.0, 0.0, 0.0, 0.0, 1.0, 0.0]) == [0.0, 1.0]
+    # already live at the first chunk: more seeds rescue nothing, however they raise the std
+    assert p.chunk_gains([0.5, 0.4, 0.0, 1.0]) == [0.0]
+    std = Planner(ExplorationConfig(max_candidates=8), group=2)
+    assert std.chunk_gains([0.5, 0.4, 0.0, 1.0]) == pytest.approx([0.45])
+    # so the live planner sends the budget to prompts whose groups die, not to live ones
+    live = Planner(ExplorationConfig(max_candidates=16, ucb_c=0.0, planner_gain="live"), group=4)
+    for _ in range(5):
+        live.observe("rare", [0.0] * 4 + [1.0] + [0.0] * 7)  # right for one seed in twelve
+        live.observe("mixed", [0.0, 1.0] * 6)
+    assert live.arms["2,2"][1] == 1.0 and live.arms["3,2"][1] == 0.0  # by std bucket
+    assert live.plan(["mixed", "rare"], budget=12) == {"mixed": 0, "rare": 12}
+    with pytest.raises(ValueError, match="planner_gain"):
+        Planner(ExplorationConfig(planner_gain="mean"), group=4)
