@@ -19,7 +19,7 @@ def _simulate(args: argparse.Namespace) -> int:
     prices = PriceTable(
         on_demand_usd_per_gpu_h=args.on_demand_usd_per_gpu_h, spot_discount=args.spot_discount
     )
-    learning = _learning_model(args, _contrast_exponent(args))
+    learning = _learning_model(args, _fitted_exponent(args))
     simulate(
         _scenario(args),
         args.trace,
@@ -36,28 +36,31 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _contrast_exponent(args: argparse.Namespace) -> float | None:
-    """--contrast-exponent, or the one fitted from --fit-exploration's benches."""
+def _fitted_exponent(args: argparse.Namespace) -> float | None:
+    """The exponent of --signal fitted from --fit-exploration's benches (None without them)."""
     if not args.fit_exploration:
-        return args.contrast_exponent
-    from spotlight.sim.sim_model import SPEEDUPS, fit_contrast_exponent
+        return None
+    from spotlight.sim.sim_model import SIGNALS, SPEEDUPS, fit_exponent
 
     files = ", ".join(args.fit_exploration)
     summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
-    fit = fit_contrast_exponent(summaries, speedup=args.fit_by)
+    for summary in summaries:
+        for mode in args.fit_exclude or []:
+            summary["modes"].pop(mode, None)
+    fit = fit_exponent(summaries, args.signal, speedup=args.fit_by)
     if fit["k"] is None:
         raise ValueError(
-            f"{files}: no mode both reached the target and changed the group std, so the"
-            " contrast exponent cannot be fitted from it"
+            f"{files}: no mode both reached the target and changed {SIGNALS[args.signal]}, so"
+            f" the {args.signal} exponent cannot be fitted from it"
         )
     k = fit["k"]
     what = SPEEDUPS[args.fit_by]
     for pt in fit["points"]:
         print(
-            f"[simulate] fit: {pt['mode']}: group std x{pt['contrast_ratio']:.2f}, "
+            f"[simulate] fit: {pt['mode']}: {args.signal} x{pt['ratio']:.2f}, "
             f"{pt['speedup']:.2f}x {what} ({pt['reached']} reached)"
         )
-    print(f"[simulate] fit: contrast exponent k = {k:.3f} (from {files}, by {args.fit_by})")
+    print(f"[simulate] fit: {args.signal} exponent k = {k:.3f} (from {files}, by {args.fit_by})")
     return k
 
 
@@ -65,16 +68,24 @@ def _learning_model(args: argparse.Namespace, k: float | None):
     """The :class:`LearningModel` that the flags ask for, the flags checked."""
     from spotlight.sim.sim_model import LearningModel
 
-    learning = LearningModel(baseline_iterations=args.baseline_iterations)
-    if k is not None:
-        learning = dataclasses.replace(learning, contrast_exponent=k)
+    exponent = "live_exponent" if args.signal == "live_groups" else "contrast_exponent"
     changes = {
+        "signal": args.signal,
+        exponent: k if k is not None else args.exponent,
         "prompts_file": args.prompts_file,
         "rank_preservation": args.rank_correlation,
         "async_staleness_factor": args.async_staleness_factor,
         "reward_draws": args.reward_draws,
     }
-    learning = dataclasses.replace(learning, **{k: v for k, v in changes.items() if v is not None})
+    if args.reward_levels is not None:
+        low, high = args.reward_levels
+        if not 0.0 < low < high < 1.0:
+            raise ValueError(f"--reward-levels needs 0 < FROM < TO < 1, got {low} {high}")
+        changes.update(initial=low, target=high, follow_level=True)
+    learning = LearningModel(
+        baseline_iterations=args.baseline_iterations,
+        **{k: v for k, v in changes.items() if v is not None},
+    )
     if args.prompts_file is not None:
         from spotlight.sim.sim_model import EVALS
 
@@ -176,8 +187,10 @@ def _add_run_flags(sim: argparse.ArgumentParser) -> None:
 
 
 def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
-    """The learning model's progress: plain GRPO's iterations and the contrast exponent."""
-    from spotlight.sim.sim_model import SPEEDUPS
+    """The learning model's progress: plain GRPO's iterations, the signal and its exponent."""
+    from spotlight.sim.sim_model import SIGNALS, SPEEDUPS, LearningModel
+
+    defaults = LearningModel()
 
     sim.add_argument(
         "--baseline-iterations",
@@ -186,18 +199,42 @@ def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
         help="plain GRPO's iterations to the target (modelled; see spotlight/sim/sim_model.py)",
     )
     sim.add_argument(
-        "--contrast-exponent",
+        "--signal",
+        choices=SIGNALS,
+        default=defaults.signal,
+        help="what an iteration's progress follows: 'live_groups' (progress = (share of live"
+        " groups / plain GRPO's) ** k, the default) or 'contrast' (group reward std instead)",
+    )
+    sim.add_argument(
+        "--exponent",
         type=float,
         default=None,
-        help="k in progress = (group std / plain GRPO's) ** k (default: 0.275, fitted on the"
-        " three OCR-mini exploration benches; docs/simulator.md)",
+        metavar="K",
+        help=f"k of --signal (defaults: live_groups {defaults.live_exponent:.3g}, fitted on the"
+        f" OCR-mini exact-reward bench; contrast {defaults.contrast_exponent:.3g}, on the"
+        " graded-reward benches; docs/simulator.md)",
+    )
+    sim.add_argument(
+        "--reward-levels",
+        type=float,
+        nargs=2,
+        metavar=("FROM", "TO"),
+        help="the run's reward goes from FROM to TO, and every iteration's seed rewards are"
+        " drawn at the current level (the population shifted to that mean: dead groups as a"
+        " saturating reward rises); default: the population's own level, not followed",
     )
     sim.add_argument(
         "--fit-exploration",
         metavar="JSON",
         nargs="+",
-        help="fit k from these exploration.json files (spotlight bench exploration), pooling"
-        " their points, and use it",
+        help="fit --signal's k from these exploration.json files (spotlight bench"
+        " exploration), pooling their points, and use it",
+    )
+    sim.add_argument(
+        "--fit-exclude",
+        metavar="MODE",
+        nargs="+",
+        help="modes of --fit-exploration's files left out of the fit",
     )
     sim.add_argument(
         "--fit-by",

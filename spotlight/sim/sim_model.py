@@ -212,6 +212,8 @@ class System:
     exploration: str = "off"
     """'off', 'critical_path' (best-of-N before each rollout) or 'spot' (during training)."""
     uniform_planner: bool = False
+    planner_gain: str = "std"
+    """What Spotlight's planner learns a chunk is worth (``ExplorationConfig.planner_gain``)."""
     dispatch: str = "pull"
     """'pull' (queue with leases and commits) or 'push' (round robin, no commits)."""
     pipeline: str = "separate"
@@ -279,6 +281,7 @@ def _spotlight() -> list[System]:
         spotlight,
         dataclasses.replace(spotlight, name="ablation_no_trainer_samples", trainer_samples=False),
         dataclasses.replace(spotlight, name="ablation_uniform_planner", uniform_planner=True),
+        dataclasses.replace(spotlight, name="ablation_live_planner", planner_gain="live"),
         dataclasses.replace(spotlight, name="ablation_push", dispatch="push"),
     ]
 
@@ -305,16 +308,25 @@ class LearningModel:
 
     Progress toward the target is counted in units of the plain-GRPO iteration: plain GRPO needs
     ``baseline_iterations`` iterations (an input: the tiny task runs here have not reached a
-    target yet, see docs/tasks.md). An iteration whose groups carry more reward contrast counts for
-    more: its progress is ``contrast / baseline_contrast``, where contrast is the mean group
-    reward std of the rollout computed by the real seed-selection code on reward draws from a
-    measured prompt population (``per_prompt`` of an ``eval.json``: the OCR-mini v0 base
-    model's rewards for 8 seeds of each validation prompt, each prompt fitted with a
-    beta-binomial: spotlight.sim.sim_rewards), selection on stale rewards and training on fresh ones
-    drawn with ``rank_preservation`` as their Spearman (measured on OCR-mini,
-    docs/benchmarks.md). With
-    ``contrast_exponent`` k the progress is ``(contrast / baseline_contrast) ** k``. Reward moves
-    linearly with progress from ``initial`` to ``target``.
+    target yet, see docs/tasks.md); reward moves linearly with progress from ``initial`` to
+    ``target``. Every rollout is drawn by the real seed-selection code from a measured prompt
+    population (``per_prompt`` of an ``eval.json``, each prompt fitted with a beta-binomial:
+    spotlight.sim.sim_rewards), selection on stale rewards and training on fresh ones drawn with
+    ``rank_preservation`` as their Spearman (measured on OCR-mini, docs/benchmarks.md). What an
+    iteration is worth depends on ``signal``:
+
+    * ``"live_groups"`` (the default): ``(live / baseline_live) ** live_exponent``, ``live`` the
+      share of the rollout's groups whose fresh rewards are not all equal (a dead group gives no
+      gradient under group-normalized advantages) and ``baseline_live`` plain GRPO's expected
+      share at the same reward level. Measured: exploration that raised the group std 1.2-1.3x on
+      a reward with almost no dead groups bought no iterations, and on one with half of them
+      dead it cut the dead share and the iterations to the target (docs/benchmarks.md).
+    * ``"contrast"``: ``(contrast / baseline_contrast) ** contrast_exponent``, contrast the mean
+      group reward std (the model before the dead-group benches).
+
+    With ``follow_level`` the draws follow the validation reward: at every iteration the
+    population is shifted (a probit shift of every prompt, ``Rewards.shift_for_level``) so that
+    its mean reward is the current level, so groups die as a saturating reward rises.
     """
 
     baseline_iterations: int = 300
@@ -322,9 +334,24 @@ class LearningModel:
     target: float = 0.268
     rank_preservation: float = 0.67
     prompts_file: str = "eval-ocr-mini-v0.json"
+    signal: str = "live_groups"
+    """What an iteration's progress follows: 'live_groups' or 'contrast' (class docstring)."""
+    live_exponent: float = 1.237
+    """``k`` in ``progress = (live / baseline_live) ** k``. Fitted (:func:`fit_exponent` with
+    ``signal="live_groups"``; ``spotlight simulate --fit-exploration
+    docs/bench/exploration-ocr-mini-exact.json --fit-exclude full_pool``) on OCR-mini under the
+    exact-match reward, where half of plain GRPO's groups are dead: 3 seeds of ``off`` against
+    ``rescue``, ``spot``, ``spot_uniform`` and ``critical_path``, live-group ratios 1.20-1.31,
+    1.19-1.60x fewer iterations to base + 0.10 (``off``'s run that missed it counted as its 30
+    iterations). At base + 0.08 the same runs give 0.97; by the validation gain per iteration,
+    0.00. ``full_pool`` is left out: it unlearned through its advantages' bias, which this
+    model does not describe (docs/benchmarks.md)."""
+    follow_level: bool = False
+    """Draw every iteration's rewards at the current validation level (class docstring)."""
     contrast_exponent: float = 0.275
     """``k`` in ``progress = (contrast / baseline_contrast) ** k`` (1 would be plain
-    proportionality). Measured where RL learns a real task: :func:`fit_contrast_exponent` pooled
+    proportionality), with ``signal="contrast"``. Measured where RL learns a real task:
+    :func:`fit_contrast_exponent` pooled
     over the three OCR-mini exploration benches, ``docs/bench/exploration-ocr-mini-learning.json``
     (lr 2e-5), ``exploration-ocr-mini-learning-lr1e-5.json`` and
     ``exploration-ocr-mini-learning-lr2e-6.json`` (3 modes x 3 seeds each, every run at the
@@ -336,7 +363,7 @@ class LearningModel:
     stale and fresh rewards with ``rank_preservation`` as their Spearman; spotlight.sim.sim_rewards)
     or 'empirical' (the measured values resampled, the selection's gain shrunk linearly by
     ``rank_preservation``: the model before the fit, whose best group std is capped at half a
-    prompt's measured range)."""
+    prompt's measured range; no ``follow_level``)."""
     async_staleness_factor: float = 1.0
     """Progress of an iteration trained on a one-step-stale rollout (``async_one_step``) relative
     to the same rollout on-policy: progress is multiplied by this. An **assumption**, not a
@@ -344,6 +371,26 @@ class LearningModel:
     systems with one-step-off-policy pipelines report results close to on-policy training, but
     only qualitatively, and nothing here measures it for diffusion models."""
 
+    def __post_init__(self) -> None:
+        if self.signal not in SIGNALS:
+            raise ValueError(
+                f"learning signal must be one of {tuple(SIGNALS)}, not {self.signal!r}"
+            )
+        if self.follow_level and self.reward_draws != "beta_binomial":
+            raise ValueError(
+                "follow_level needs reward_draws='beta_binomial' (a fitted population)"
+            )
+        if self.follow_level and not (0.0 < self.initial < 1.0 and 0.0 < self.target < 1.0):
+            raise ValueError(
+                f"follow_level needs reward levels in (0, 1), got {self.initial} -> {self.target}"
+            )
+
+
+SIGNALS = {
+    "live_groups": "the share of live groups (rewards not all equal)",
+    "contrast": "the mean group reward std",
+}
+"""What :class:`LearningModel` makes an iteration's progress follow, and what it reads as."""
 
 SPEEDUPS = {
     "iterations": "fewer iterations to the target",
@@ -366,40 +413,46 @@ def val_gain_per_iteration(val_curve: list) -> float | None:
     return sum(it * gain for it, gain in pts) / sum(it * it for it, _ in pts)
 
 
-def fit_contrast_exponent(
+def fit_exponent(
     summaries: dict[str, Any] | list[dict[str, Any]],
+    signal: str = "live_groups",
     baseline_mode: str = "off",
     speedup: str = "iterations",
 ) -> dict[str, Any]:
-    """Fit ``k`` of :class:`LearningModel` from one or more ``exploration.json`` files
-    (spotlight bench exploration).
+    """Fit the exponent of :class:`LearningModel`'s ``signal`` from one or more
+    ``exploration.json`` files (spotlight bench exploration).
 
-    In each summary, each mode other than ``baseline_mode`` that reached the target in some run
-    gives a point: its measured speed-up against its contrast ratio, ``mean rollout group std
-    (mode) / (baseline)``. The speed-up is, with ``speedup="iterations"``, ``mean iterations to
-    target (baseline) / mean iterations to target (mode)``; with ``"slope"``, ``mean validation
-    gain per iteration (mode) / (baseline)`` (:func:`val_gain_per_iteration`, every run, every
+    In each summary, each mode other than ``baseline_mode`` gives a point: its measured speed-up
+    against its signal ratio over the baseline: ``mean group reward std`` (``"contrast"``) or
+    the share of live groups, ``1 - zero_std_group_share`` (``"live_groups"``), of mode over
+    baseline. The speed-up is, with ``speedup="iterations"``, ``mean iterations to target
+    (baseline) / mean iterations to target (mode)``; with ``"slope"``, ``mean validation gain
+    per iteration (mode) / (baseline)`` (:func:`val_gain_per_iteration`, every run, every
     validation: the rate the model itself describes, less noisy than one crossing of the
-    target). The model says ``speed-up = ratio ** k``; ``k`` is the least-squares slope through
-    the origin of ``log speed-up`` on ``log ratio`` over the points of every summary. Returns
-    ``{"k", "points", "baseline_iterations_to_target"}`` (the last: one per summary); ``k`` is
-    None when no mode gives a usable point (the baseline never reached the target, or no ratio
-    differs from 1).
+    target). A run that missed the target is left out of its mode's mean for ``"contrast"``; for
+    ``"live_groups"`` it counts as the iterations it ran (a lower bound: a run too short to
+    reach the target is the benches' common case where groups are dead). The model says
+    ``speed-up = ratio ** k``; ``k`` is the least-squares slope through the origin of ``log
+    speed-up`` on ``log ratio`` over the points of every summary. Returns ``{"k", "points",
+    "baseline_iterations_to_target"}`` (the last: one per summary); ``k`` is None when no mode
+    gives a usable point (the baseline never reached the target, or no ratio differs from 1).
     """
     if speedup not in SPEEDUPS:
         raise ValueError(f"speedup must be one of {tuple(SPEEDUPS)}, not {speedup!r}")
+    if signal not in SIGNALS:
+        raise ValueError(f"signal must be one of {tuple(SIGNALS)}, not {signal!r}")
     if isinstance(summaries, dict):
         summaries = [summaries]
     points, base_its = [], []
     for summary in summaries:
-        pts, its = _contrast_points(summary, baseline_mode, speedup)
+        pts, its = _signal_points(summary, signal, baseline_mode, speedup)
         points += pts
         base_its.append(its)
-    usable = [p for p in points if abs(math.log(p["contrast_ratio"])) > 1e-9]
+    usable = [p for p in points if abs(math.log(p["ratio"])) > 1e-9]
     k = None
     if usable:
-        sxx = sum(math.log(p["contrast_ratio"]) ** 2 for p in usable)
-        sxy = sum(math.log(p["contrast_ratio"]) * math.log(p["speedup"]) for p in usable)
+        sxx = sum(math.log(p["ratio"]) ** 2 for p in usable)
+        sxy = sum(math.log(p["ratio"]) * math.log(p["speedup"]) for p in usable)
         k = sxy / sxx
     return {
         "k": k,
@@ -408,23 +461,50 @@ def fit_contrast_exponent(
     }
 
 
-def _contrast_points(
-    summary: dict[str, Any], baseline_mode: str, speedup: str
+def fit_contrast_exponent(
+    summaries: dict[str, Any] | list[dict[str, Any]],
+    baseline_mode: str = "off",
+    speedup: str = "iterations",
+) -> dict[str, Any]:
+    """:func:`fit_exponent` of the ``"contrast"`` signal (points keep ``contrast_ratio``)."""
+    fit = fit_exponent(summaries, "contrast", baseline_mode, speedup)
+    for point in fit["points"]:
+        point["contrast_ratio"] = point["ratio"]
+    return fit
+
+
+def _run_iterations(run: dict[str, Any], censored: bool) -> float | None:
+    """A run's iterations to the target; a run that missed it: None, or with ``censored`` the
+    last iteration it validated (its ``val_curve``)."""
+    its = run["iterations_to_target"]
+    if its is None and censored and run.get("val_curve"):
+        return run["val_curve"][-1][0]
+    return its
+
+
+def _signal_points(
+    summary: dict[str, Any], signal: str, baseline_mode: str, speedup: str
 ) -> tuple[list, float | None]:
-    """One summary's (contrast ratio, speed-up) points and its baseline's mean iterations."""
+    """One summary's (signal ratio, speed-up) points and its baseline's mean iterations."""
     modes = summary["modes"]
     if baseline_mode not in modes:
         raise ValueError(f"exploration summary has no {baseline_mode!r} mode: {sorted(modes)}")
+    censored = signal == "live_groups"
 
     def mean(xs) -> float | None:
         xs = [x for x in xs if x is not None]
         return sum(xs) / len(xs) if xs else None
 
     def mean_iterations(mode: dict[str, Any]) -> float | None:
-        return mean(r["iterations_to_target"] for r in mode["runs"])
+        return mean(_run_iterations(r, censored) for r in mode["runs"])
 
     def mean_slope(mode: dict[str, Any]) -> float | None:
         return mean(val_gain_per_iteration(r["val_curve"]) for r in mode["runs"])
+
+    def level(mode: dict[str, Any]) -> float:
+        if signal == "contrast":
+            return mode["group_reward_std_mean"]
+        return 1.0 - mode["zero_std_group_share"]
 
     base = modes[baseline_mode]
     base_its = mean_iterations(base)
@@ -441,11 +521,10 @@ def _contrast_points(
             gain = slope / base_slope
         else:
             gain = base_its / its
-        ratio = mode["group_reward_std_mean"] / base["group_reward_std_mean"]
         points.append(
             {
                 "mode": name,
-                "contrast_ratio": ratio,
+                "ratio": level(mode) / level(base),
                 "speedup": gain,
                 "reached": mode["reached_target"],
             }

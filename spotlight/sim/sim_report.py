@@ -68,8 +68,9 @@ MEASURED_VS_MODELLED = [
     ("modelled", "plain GRPO's iterations to the target (LearningModel.baseline_iterations)"),
     (
         "modelled",
-        "progress per iteration = (rollout group reward std / plain GRPO's) ** k"
-        " (LearningModel.contrast_exponent, fitted from exploration runs: docs/simulator.md)",
+        "progress per iteration = (share of live groups / plain GRPO's) ** k"
+        " (LearningModel.signal and live_exponent, fitted from exploration runs on a reward"
+        " with dead groups: docs/simulator.md)",
     ),
     ("modelled", "overheads: weights broadcast, replica start, notices, leases"),
     ("chosen", "spot capacity in whole nodes of Scenario.gpus_per_node GPUs (8: p5/p4d)"),

@@ -29,7 +29,13 @@ stale and fresh reward in every simulated system. They are counter-based: ``z1, 
 set of seeds, prompts and iterations is drawn at once with numpy (:meth:`Rewards.pairs`), and a
 seed's rewards do not depend on what else is drawn. A reward is read off in latent space: the
 quantile at ``Phi(z)`` is the first ``k`` with ``z <= Phi^-1(cdf[k])`` (:func:`_thresholds`).
-Pure: numpy and the standard library.
+**Reward levels.** A run's reward moves (the paper's OCR runs from about 0.6 to above 0.9), and
+with it which groups are dead. ``shift`` moves every latent value by the same amount, a probit
+shift of each prompt's distribution: :meth:`Rewards.shift_for_level` finds the shift at which the
+population's mean reward is a given level, and :meth:`Rewards.live_share` gives the expected
+share of live groups (rewards not all equal) of G random seeds there, in closed form. The
+stale/fresh calibration is made at the population's own level.
+Pure: numpy, scipy's normal cdf and the standard library.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import ndtr
 
 PRIOR_TRIALS = 2.0
 """Pseudo-trials (of L letters each) of the population mean added to every prompt's mean."""
@@ -303,6 +310,18 @@ class PopulationDraws:
         ]
         return statistics.fmean(stds)
 
+    def live_share(self, group: int, shift: float = 0.0) -> float:
+        """Expected share of live groups (rewards not all equal) of G random seeds over the
+        population, from the same draws as :meth:`expected_random_std` (no level shift)."""
+        if shift != 0.0:
+            raise ValueError("these reward draws have no level shift (use the fitted draws)")
+        cache = self.__dict__.setdefault("_live_shares", {})
+        if group not in cache:
+            prompts = self._baseline_prompts(4000)
+            groups = [self.draw(-1 - k, p, group) for k, p in enumerate(prompts)]
+            cache[group] = statistics.fmean(max(g) > min(g) for g in groups)
+        return cache[group]
+
 
 class Rewards(PopulationDraws):
     """Seed rewards of a measured prompt population (a shipped ``eval.json``), drawn from its
@@ -331,18 +350,40 @@ class Rewards(PopulationDraws):
         return self.measured
 
     def pairs(
-        self, its: Sequence[int] | np.ndarray, prompts: Sequence[int] | np.ndarray, n: int
+        self,
+        its: Sequence[int] | np.ndarray,
+        prompts: Sequence[int] | np.ndarray,
+        n: int,
+        shift: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(stale, fresh) rewards, each (m, n): row j holds seeds ``0..n-1`` of prompt
         ``prompts[j]`` at iteration ``its[j]``, all drawn at once (row j's values are those of
-        :meth:`draw_pair` of that prompt and iteration)."""
+        :meth:`draw_pair` of that prompt and iteration), every latent value moved by ``shift``
+        (:meth:`shift_for_level`; the same seeds' rewards at another reward level)."""
         p = np.asarray(prompts, dtype=np.int64)
         z1, z2 = _normal_pairs([_words(_SIM_TAG), _words(self.seed), _words(its), _words(p)], n)
         zs, zf = _latent_pair(z1, z2, self.latent)
         table, levels = self._table[0][p], self._table[1][p]
-        stale = _quantize(table, levels, zs)
-        fresh = stale if self.latent == 1.0 else _quantize(table, levels, zf)
+        stale = _quantize(table, levels, zs + shift)
+        fresh = stale if self.latent == 1.0 else _quantize(table, levels, zf + shift)
         return stale, fresh
+
+    def shift_for_level(self, level: float) -> float:
+        """The latent shift at which the population's mean reward is ``level`` (interpolated on
+        a grid of shifts; 0 at the population's own mean).
+
+        Raises:
+            ValueError: ``level`` is outside (0, 1).
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"a reward level must lie in (0, 1), got {level}")
+        grid = _level_grid(self._population, self._table)
+        return float(np.interp(level, grid.means, grid.shifts))
+
+    def live_share(self, group: int, shift: float = 0.0) -> float:
+        """Expected share of live groups (rewards not all equal) of ``group`` random seeds of a
+        random prompt, at latent ``shift``: ``1 - mean_p sum_k P_p(k)^G``."""
+        return float(1.0 - (_level_pmf(self._table, shift) ** group).sum(axis=1).mean())
 
     def draw(self, it: int, prompt: int, n: int) -> list[float]:
         """Fresh rewards of seeds ``0..n-1`` of ``prompt`` at iteration ``it``."""
@@ -358,6 +399,43 @@ class Rewards(PopulationDraws):
         """As :meth:`PopulationDraws.expected_random_std`, all draws at once (and once per
         process for a given population, seed and group)."""
         return _expected_random_std(self, group, draws)
+
+
+def _level_pmf(tables: tuple[np.ndarray, np.ndarray], shift: float) -> np.ndarray:
+    """(P, W + 1): P(reward = k / L_p) of every prompt at latent ``shift`` (columns past a
+    prompt's ``L`` are 0): reward k is read where ``t[k - 1] < z + shift <= t[k]``."""
+    table = tables[0]
+    cdf = np.concatenate([np.zeros((len(table), 1)), ndtr(table - shift)], axis=1)
+    cdf[:, -1] = 1.0
+    return np.diff(cdf, axis=1)
+
+
+def _mean_reward(tables: tuple[np.ndarray, np.ndarray], shift: float) -> float:
+    pmf = _level_pmf(tables, shift)
+    k = np.arange(pmf.shape[1])[None, :]
+    return float((pmf * np.minimum(k, tables[1][:, None]) / tables[1][:, None]).sum(axis=1).mean())
+
+
+@dataclass(frozen=True)
+class _LevelGrid:
+    shifts: np.ndarray
+    means: np.ndarray
+    """Population mean reward at each shift (increasing)."""
+
+
+LEVEL_SHIFTS = np.linspace(-8.0, 8.0, 1601)
+"""The shifts of :meth:`Rewards.shift_for_level`'s grid (a step of 0.01 in latent units)."""
+
+
+def _level_grid(population: tuple[str, float], tables: tuple) -> _LevelGrid:
+    """The population's mean reward on ``LEVEL_SHIFTS`` (once per process and population)."""
+    if population not in _LEVEL_GRIDS:
+        means = np.asarray([_mean_reward(tables, float(d)) for d in LEVEL_SHIFTS])
+        _LEVEL_GRIDS[population] = _LevelGrid(LEVEL_SHIFTS, np.maximum.accumulate(means))
+    return _LEVEL_GRIDS[population]
+
+
+_LEVEL_GRIDS: dict[tuple[str, float], _LevelGrid] = {}
 
 
 def _expected_random_std(r: Rewards, group: int, draws: int) -> float:

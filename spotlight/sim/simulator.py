@@ -216,6 +216,7 @@ class Simulation:
         else:
             self.rewards = Rewards(lm.prompts_file, seed, lm.rank_preservation, EVALS)
         self.baseline_contrast = self.rewards.expected_random_std(scenario.group_size)
+        self._shift = 0.0  # latent shift of the reward draws (LearningModel.follow_level)
         self.ledger = Ledger(prices or PriceTable())
         self.t = 0.0
         self._seq = count()
@@ -253,6 +254,7 @@ class Simulation:
                 mode="spot",
                 max_candidates=scenario.explore_candidates,
                 uniform=system.uniform_planner,
+                planner_gain=system.planner_gain,
             ),
             scenario.group_size,
         )
@@ -738,22 +740,25 @@ class Simulation:
         explored: dict[int, int] = {}  # prompt index -> seeds explored (from the last update)
         horizon = sc.max_hours * 3600
         while self.t < horizon:
+            if lm.follow_level:  # the draws at the current validation level
+                level = lm.initial + (lm.target - lm.initial) * progress / lm.baseline_iterations
+                self._shift = self.rewards.shift_for_level(level)
             batch = self.rewards.batch(it, P)
             next_prompts = self.rewards.batch(it + 1, P)
             t0 = self.t
             if one_step_stale:  # this rollout was sampled during the last update
                 if it == 0:  # ... except the first, which fills the pipeline
                     self._sample(self._items(Kind.ROLLOUT, it, P * G))
-                contrast = self._contrast(it, batch, explored, fresh=False)
+                contrast, live = self._rollout(it, batch, explored, fresh=False)
             elif self.sys.exploration == "critical_path":
                 n = sc.critical_candidates
                 self._sample(self._items(Kind.ROLLOUT, it, P * n))
-                contrast = self._contrast(it, batch, dict.fromkeys(batch, n), fresh=True)
+                contrast, live = self._rollout(it, batch, dict.fromkeys(batch, n), fresh=True)
             else:
                 joined = self._trainer_joins()
                 self._sample(self._items(Kind.ROLLOUT, it, P * G))
                 self._trainer_leaves(joined)
-                contrast = self._contrast(it, batch, explored, fresh=False)
+                contrast, live = self._rollout(it, batch, explored, fresh=False)
             sample_s = self.t - t0
             if sample_s > 0:
                 samples = P * (
@@ -768,7 +773,7 @@ class Simulation:
             t_train_end = self.t + train_s
             self.ledger.busy(Pool.ON_DEMAND, train_s * self.trainer_gpus)
             explored = {}
-            gain = (contrast / self.baseline_contrast) ** lm.contrast_exponent
+            gain = self._progress(contrast, live)
             if one_step_stale:
                 if it > 0:  # trained on the weights before the last update
                     gain *= lm.async_staleness_factor
@@ -807,6 +812,7 @@ class Simulation:
                     "util_on_demand": snap["util_on_demand"],
                     "spot_gpus": self.spot_capacity,
                     "contrast": contrast,
+                    "live_share": live,
                 }
             )
             if frac >= 1.0:
@@ -829,12 +835,24 @@ class Simulation:
             total_gpus=self.sys.total_gpus(sc),
         )
 
-    def _contrast(self, it: int, batch: list[int], explored: dict[int, int], fresh: bool) -> float:
-        """Mean group reward std of this rollout (see LearningModel): a prompt explored with at
-        least 2G seeds trains on the max-variance G of them, chosen on its stale rewards
-        (``fresh``: on the current weights, the critical path) and scored by its fresh ones."""
+    def _progress(self, contrast: float, live: float) -> float:
+        """What an iteration with this rollout counts for, in plain-GRPO iterations
+        (LearningModel.signal)."""
+        lm = self.learning
+        if lm.signal == "contrast":
+            return (contrast / self.baseline_contrast) ** lm.contrast_exponent
+        baseline = self.rewards.live_share(self.sc.group_size, self._shift)
+        return (live / max(baseline, MIN_BASELINE_LIVE)) ** lm.live_exponent
+
+    def _rollout(
+        self, it: int, batch: list[int], explored: dict[int, int], fresh: bool
+    ) -> tuple[float, float]:
+        """(mean group reward std, share of live groups) of this rollout (see LearningModel): a
+        prompt explored with at least 2G seeds trains on the max-variance G of them, chosen on
+        its stale rewards (``fresh``: on the current weights, the critical path) and scored by
+        its fresh ones."""
         G = self.sc.group_size
-        stds = []
+        stds, live = [], 0
         if isinstance(self.rewards, EmpiricalRewards):
             for p in batch:
                 n = explored.get(p, 0)
@@ -846,21 +864,30 @@ class Simulation:
                     draws = self.rewards.draw(it, p, n)
                     rho = 1.0 if fresh else self.learning.rank_preservation
                     random_std = pstdev(draws[:G])
-                    sel = pstdev([draws[i] for i in max_variance_subset(draws, G)])
+                    chosen = [draws[i] for i in max_variance_subset(draws, G)]
                     self.planner.observe(str(p), draws)
-                    stds.append(random_std + rho * (sel - random_std))
-            return statistics.fmean(stds)
+                    stds.append(random_std + rho * (pstdev(chosen) - random_std))
+                    draws = chosen
+                live += max(draws) > min(draws)
+            return statistics.fmean(stds), live / len(batch)
         # every prompt's seeds at once: seed i's rewards do not depend on how many are drawn
         ns = [explored.get(p, 0) for p in batch]
-        stale_all, now_all = self.rewards.pairs([it] * len(batch), batch, max([G, *ns]))
+        stale_all, now_all = self.rewards.pairs(
+            [it] * len(batch), batch, max([G, *ns]), self._shift
+        )
         for p, n, stale, now in zip(batch, ns, stale_all.tolist(), now_all.tolist(), strict=True):
             if n < 2 * G:
-                draws = now[:G]
-                self.planner.note_rollout(str(p), draws)
-                stds.append(pstdev(draws))
+                trained = now[:G]
+                self.planner.note_rollout(str(p), trained)
             else:
                 seen = now[:n] if fresh else stale[:n]
-                chosen = max_variance_subset(seen, G)
+                trained = [now[i] for i in max_variance_subset(seen, G)]
                 self.planner.observe(str(p), seen)
-                stds.append(pstdev([now[i] for i in chosen]))
-        return statistics.fmean(stds)
+            stds.append(pstdev(trained))
+            live += max(trained) > min(trained)
+        return statistics.fmean(stds), live / len(batch)
+
+
+MIN_BASELINE_LIVE = 1e-3
+"""Floor of plain GRPO's expected live share in the ``live_groups`` progress ratio (a population
+whose groups are all dead gives plain GRPO nothing to learn from, and no ratio)."""

@@ -163,3 +163,42 @@ def test_the_calibrations_spearman_per_row_is_the_seed_modules():
     want = np.array([spearman(x, y) for x, y in zip(a, b, strict=True)])
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[:2]).all()
     assert np.allclose(got[2:], want[2:], atol=1e-12)
+
+
+def _binary_file(tmp_path, successes: list[int], seeds: int = 8):
+    per_prompt = [{"rewards": [1.0] * k + [0.0] * (seeds - k)} for k in successes]
+    path = tmp_path / "binary.json"
+    path.write_text(json.dumps({"per_prompt": per_prompt}))
+    return path
+
+
+def test_a_level_shift_moves_the_population_mean_and_its_dead_groups(tmp_path):
+    # Binary rewards: at shift d a prompt succeeds with Phi(d - t_p), its threshold t_p.
+    r = Rewards(_binary_file(tmp_path, [0, 1, 2, 4, 6]), seed=0, rank_correlation=1.0, evals=EVALS)
+    own = float(np.mean([f.mean for f in r.fits]))
+    assert r.shift_for_level(own) == pytest.approx(0.0, abs=0.01)
+    p = np.asarray([f.mean for f in r.fits])
+    # closed form at the population's own level: 1 - mean(p^G + (1 - p)^G)
+    assert r.live_share(8) == pytest.approx(float(1 - np.mean(p**8 + (1 - p) ** 8)), rel=1e-6)
+    high = r.shift_for_level(0.9)
+    assert high > 0 and r.shift_for_level(0.1) < 0
+    _, fresh = r.pairs(np.arange(4000), np.arange(4000) % 5, 8, high)
+    assert fresh.mean() == pytest.approx(0.9, abs=0.01)
+    # the drawn groups die as the closed form says, and from the top: all-correct
+    dead = fresh.min(axis=1) == fresh.max(axis=1)
+    assert 1 - dead.mean() == pytest.approx(r.live_share(8, high), abs=0.02)
+    assert (fresh[dead] == 1.0).mean() > 0.9
+    # saturating (0.9) kills more groups than the middle (0.5); unshifted draws are the old ones
+    assert r.live_share(8, high) < r.live_share(8, r.shift_for_level(0.5))
+    assert np.array_equal(r.pairs([3], [2], 16)[1], r.pairs([3], [2], 16, 0.0)[1])
+    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+        r.shift_for_level(1.0)
+
+
+def test_graded_populations_shift_every_level_together():
+    r = Rewards("eval-ocr-mini-v0.json", seed=0, rank_correlation=0.67, evals=EVALS)
+    for level in (0.3, 0.6, 0.9):
+        d = r.shift_for_level(level)
+        fresh = r.pairs(np.arange(3000), np.arange(3000) % len(r.prompts), 16, d)[1]
+        assert fresh.mean() == pytest.approx(level, abs=0.015)
+        assert set(np.unique(fresh * 3).round(6)) <= {0.0, 1.0, 2.0, 3.0}

@@ -3,10 +3,12 @@ every trace format, zero spot capacity, and preemptions with and without notice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 
+import numpy as np
 import pytest
 
 from spotlight.scheduling.costs import PriceTable
@@ -389,14 +391,14 @@ def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
         explore_candidates=8,
         critical_candidates=16,
     )
-    flat = LearningModel(baseline_iterations=12, contrast_exponent=0.0)
+    flat = LearningModel(baseline_iterations=12, signal="contrast", contrast_exponent=0.0)
     runs = [
         Simulation(sc, SYSTEMS[s], None, learning=flat).run()
         for s in ("on_demand_grpo", "on_demand_critical_path")
     ]
     assert [r.iterations for r in runs] == [12, 12]
     # With k = 1 the selected groups' larger std makes each critical-path iteration count more.
-    prop = LearningModel(baseline_iterations=12, contrast_exponent=1.0)
+    prop = LearningModel(baseline_iterations=12, signal="contrast", contrast_exponent=1.0)
     cp = Simulation(sc, SYSTEMS["on_demand_critical_path"], None, learning=prop).run()
     assert cp.iterations < 12
 
@@ -453,16 +455,17 @@ def test_simulate_fits_the_contrast_exponent_from_an_exploration_summary(tmp_pat
     good.write_text(json.dumps(_exploration_summary([10, 10, 10], [5, 5, 5])))
     out = tmp_path / "sim"
     args = ["simulate", "--scenario", "small", "--systems", "spotlight", "--out", str(out)]
-    assert main([*args, "--fit-exploration", str(good)]) == 0
+    contrast = [*args, "--signal", "contrast"]
+    assert main([*contrast, "--fit-exploration", str(good)]) == 0
     assert json.loads((out / "summary.json").read_text())["learning"]["contrast_exponent"] == 1.0
     assert "contrast exponent k = 1.000" in capsys.readouterr().out
     flat = tmp_path / "flat.json"
     flat.write_text(json.dumps(_exploration_summary([10], [5], 0.1, 0.1)))
-    assert main([*args, "--fit-exploration", str(flat)]) == 2
+    assert main([*contrast, "--fit-exploration", str(flat)]) == 2
     assert "cannot be fitted" in capsys.readouterr().err
     by_slope = tmp_path / "slope.json"
     by_slope.write_text(json.dumps(_slope_summary([0.01, 0.01, 0.01], [0.02, 0.02, 0.02])))
-    assert main([*args, "--fit-exploration", str(by_slope), "--fit-by", "slope"]) == 0
+    assert main([*contrast, "--fit-exploration", str(by_slope), "--fit-by", "slope"]) == 0
     learning = json.loads((out / "summary.json").read_text())["learning"]
     assert learning["contrast_exponent"] == pytest.approx(1.0)
     assert "2.00x the validation gain per iteration" in capsys.readouterr().out
@@ -482,7 +485,7 @@ def _pipeline_scenario(train_step_s: float) -> Scenario:
 
 
 def test_colocated_samples_then_trains_on_the_same_on_demand_gpus():
-    flat = LearningModel(baseline_iterations=5, contrast_exponent=0.0)
+    flat = LearningModel(baseline_iterations=5, live_exponent=0.0)
     sc = _pipeline_scenario(train_step_s=1.0)
     # (GPUs, rollout on them incl. the 2 s pick-up, update = 4 x 2 x 1 x 1 s / GPUs)
     for name, gpus, sample_s in (("colocated", 2, 2 + 8), ("colocated_same_total", 4, 2 + 4)):
@@ -508,7 +511,7 @@ def test_colocated_samples_then_trains_on_the_same_on_demand_gpus():
 
 
 def test_a_split_system_moves_gpus_between_its_pools_and_keeps_their_total():
-    flat = LearningModel(baseline_iterations=5, contrast_exponent=0.0)
+    flat = LearningModel(baseline_iterations=5, live_exponent=0.0)
     sc = _pipeline_scenario(train_step_s=1.0)  # 2 trainer + 2 sampler GPUs
     split = dataclasses.replace(SYSTEMS["on_demand_grpo_split"], trainer_share=2 / 3)  # 3 + 1
     assert (split.trainer_gpus(sc), split.sampler_gpus(sc)) == (3, 1)
@@ -524,7 +527,7 @@ def test_a_split_system_moves_gpus_between_its_pools_and_keeps_their_total():
 
 @pytest.mark.parametrize("train_step_s", [1.0, 4.0])
 def test_async_one_step_takes_the_longer_of_rollout_and_update(train_step_s):
-    flat = LearningModel(baseline_iterations=6, contrast_exponent=0.0)
+    flat = LearningModel(baseline_iterations=6, live_exponent=0.0)
     sc = _pipeline_scenario(train_step_s)
     sample_s, train_s = 2 + 8, 4 * 2 * train_step_s / 2
     r = Simulation(sc, SYSTEMS["async_one_step"], None, learning=flat).run()
@@ -553,7 +556,7 @@ def test_async_staleness_factor_costs_iterations():
     ).run()
     assert fresh.reached and fresh.iterations == od.iterations
     # every stale iteration (all but the first) counts 0.8: 1 + 0.8 x 24 >= 20 > 1 + 0.8 x 23
-    stale = LearningModel(baseline_iterations=20, contrast_exponent=0.0, async_staleness_factor=0.8)
+    stale = LearningModel(baseline_iterations=20, live_exponent=0.0, async_staleness_factor=0.8)
     r = Simulation(sc, system, None, learning=stale).run()
     assert r.iterations == 25
     flat = dataclasses.replace(stale, async_staleness_factor=1.0)
@@ -580,6 +583,84 @@ def test_the_learning_inputs_have_flags_and_bad_values_are_refused(tmp_path, cap
         assert main([*base, str(tmp_path / "b"), flag, value]) == 2
         assert says in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+    levels = [*base, str(tmp_path / "c"), "--reward-levels", "0.6", "0.9", "--exponent", "2"]
+    assert main(levels) == 0
+    learning = json.loads((tmp_path / "c" / "summary.json").read_text())["learning"]
+    assert (learning["initial"], learning["target"], learning["follow_level"]) == (0.6, 0.9, True)
+    assert learning["signal"] == "live_groups" and learning["live_exponent"] == 2.0
+    for flag, values, says in (
+        ("--reward-levels", ["0.9", "0.6"], "0 < FROM < TO < 1"),
+        ("--signal", ["nope"], "invalid choice"),
+    ):
+        with contextlib.suppress(SystemExit):
+            assert main([*base, str(tmp_path / "d"), flag, *values]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def _live_summary(off, spot, off_dead=0.5, spot_dead=0.0):
+    """Iterations to target per run (None: missed, after a 30-iteration run) and dead shares."""
+
+    def mode(its, dead):
+        runs = [
+            {"iterations_to_target": i, "val_curve": [(0, 0.0, 0.0), (30, 1.0, 0.1)]} for i in its
+        ]
+        reached = f"{sum(i is not None for i in its)}/{len(its)}"
+        return {"runs": runs, "zero_std_group_share": dead, "reached_target": reached}
+
+    return {"modes": {"off": mode(off, off_dead), "spot": mode(spot, spot_dead)}}
+
+
+def test_the_live_group_exponent_is_fitted_from_dead_group_shares():
+    from spotlight.sim.sim_model import fit_exponent
+
+    # twice the live groups (50% dead -> none), twice as fast: k = 1
+    fit = fit_exponent(_live_summary([20, 20], [10, 10]))
+    assert fit["k"] == pytest.approx(1.0) and fit["points"][0]["ratio"] == pytest.approx(2.0)
+    # a run that missed the target counts as the 30 iterations it ran (a lower bound)
+    fit = fit_exponent(_live_summary([None, 10], [10, 10]))
+    assert fit["baseline_iterations_to_target"] == 20 and fit["k"] == pytest.approx(1.0)
+    # the contrast fit leaves such runs out, as before
+    summary = _exploration_summary([None, 10], [5, 5])
+    assert fit_exponent(summary, "contrast")["baseline_iterations_to_target"] == 10
+    with pytest.raises(ValueError, match="signal must be one of"):
+        fit_exponent(summary, "std")
+
+
+def test_progress_follows_live_groups_and_saturating_levels_kill_groups(tmp_path):
+    from spotlight.sim.sim_model import LearningModel
+
+    per_prompt = [{"rewards": [1.0] * k + [0.0] * (8 - k)} for k in (0, 0, 1, 1, 2, 3, 5, 8)]
+    population = tmp_path / "binary.json"
+    population.write_text(json.dumps({"per_prompt": per_prompt}))
+    sc = _hand_scenario(
+        max_hours=4.0,
+        prompts_per_iteration=8,
+        batch_size=4,
+        group_size=4,
+        explore_candidates=8,
+        critical_candidates=16,
+    )
+    flat = LearningModel(baseline_iterations=20, prompts_file=str(population), live_exponent=0.0)
+    live = dataclasses.replace(flat, live_exponent=1.0, rank_preservation=1.0)
+    grpo = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=flat).run()
+    assert grpo.iterations == 20
+    # best of 16 on fresh weights leaves fewer groups dead than 4 random seeds: fewer iterations
+    cp = Simulation(sc, SYSTEMS["on_demand_critical_path"], None, learning=live).run()
+    shares = [p["live_share"] for p in cp.timeline]
+    assert cp.reached and cp.iterations < 20 and np.mean(shares) > 0.7
+    plain = [p["live_share"] for p in grpo.timeline]
+    assert np.mean(plain) < np.mean(shares)
+    # following a saturating level, plain GRPO's groups die as the reward nears 1
+    rising = dataclasses.replace(flat, follow_level=True, initial=0.3, target=0.97)
+    r = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=rising).run()
+    early = np.mean([p["live_share"] for p in r.timeline[:5]])
+    late = np.mean([p["live_share"] for p in r.timeline[-5:]])
+    assert r.iterations == 20 and late < early
+    with pytest.raises(ValueError, match="follow_level needs"):
+        LearningModel(follow_level=True, reward_draws="empirical")
+    with pytest.raises(ValueError, match="signal must be one of"):
+        LearningModel(signal="std")
 
 
 def test_trace_windows_run_spot_systems_from_several_starts_and_report_the_median(tmp_path):
