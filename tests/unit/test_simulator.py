@@ -107,6 +107,18 @@ def _hand_scenario(**changes) -> Scenario:
     return Scenario(**{**base, **changes})
 
 
+def _explore_scenario(max_hours: float) -> Scenario:
+    """8 prompts of groups of 4 per iteration, 8 candidates explored, best-of-16 on the path."""
+    return _hand_scenario(
+        max_hours=max_hours,
+        prompts_per_iteration=8,
+        batch_size=4,
+        group_size=4,
+        explore_candidates=8,
+        critical_candidates=16,
+    )
+
+
 def test_accounting_matches_a_hand_computed_iteration():
     # Rollout: one item of 2 samples x 2 steps at 1 s per sample-step on 1 GPU = 4 s, after a
     # 2 s weights load. Update: 1 prompt x 2 samples x 1 trained step x 1 s on 1 GPU = 2 s.
@@ -383,14 +395,7 @@ def test_contrast_exponent_pools_the_points_of_several_benches():
 
 
 def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
-    sc = _hand_scenario(
-        max_hours=2.0,
-        prompts_per_iteration=8,
-        batch_size=4,
-        group_size=4,
-        explore_candidates=8,
-        critical_candidates=16,
-    )
+    sc = _explore_scenario(max_hours=2.0)
     flat = LearningModel(baseline_iterations=12, signal="contrast", contrast_exponent=0.0)
     runs = [
         Simulation(sc, SYSTEMS[s], None, learning=flat).run()
@@ -633,14 +638,7 @@ def test_progress_follows_live_groups_and_saturating_levels_kill_groups(tmp_path
     per_prompt = [{"rewards": [1.0] * k + [0.0] * (8 - k)} for k in (0, 0, 1, 1, 2, 3, 5, 8)]
     population = tmp_path / "binary.json"
     population.write_text(json.dumps({"per_prompt": per_prompt}))
-    sc = _hand_scenario(
-        max_hours=4.0,
-        prompts_per_iteration=8,
-        batch_size=4,
-        group_size=4,
-        explore_candidates=8,
-        critical_candidates=16,
-    )
+    sc = _explore_scenario(max_hours=4.0)
     flat = LearningModel(baseline_iterations=20, prompts_file=str(population), live_exponent=0.0)
     live = dataclasses.replace(flat, live_exponent=1.0, rank_preservation=1.0)
     grpo = Simulation(sc, SYSTEMS["on_demand_grpo"], None, learning=flat).run()
