@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.sim.sim_model import val_gain_per_iteration
+from spotlight.sim.sim_fit import val_gain_per_iteration
 from spotlight.training.run_folder import METRICS, SUMMARY
 
 MODES = {

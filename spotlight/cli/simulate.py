@@ -40,7 +40,8 @@ def _fitted_exponent(args: argparse.Namespace) -> float | None:
     """The exponent of --signal fitted from --fit-exploration's benches (None without them)."""
     if not args.fit_exploration:
         return None
-    from spotlight.sim.sim_model import SIGNALS, SPEEDUPS, fit_exponent
+    from spotlight.sim.sim_fit import SPEEDUPS, fit_exponent
+    from spotlight.sim.sim_model import SIGNALS
 
     files = ", ".join(args.fit_exploration)
     summaries = [json.loads(Path(f).read_text()) for f in args.fit_exploration]
@@ -188,7 +189,8 @@ def _add_run_flags(sim: argparse.ArgumentParser) -> None:
 
 def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
     """The learning model's progress: plain GRPO's iterations, the signal and its exponent."""
-    from spotlight.sim.sim_model import SIGNALS, SPEEDUPS, LearningModel
+    from spotlight.sim.sim_fit import SPEEDUPS
+    from spotlight.sim.sim_model import SIGNALS, LearningModel
 
     defaults = LearningModel()
 

@@ -367,7 +367,7 @@ def _exploration_summary(off_its, spot_its, off_std=0.1, spot_std=0.2):
 
 
 def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
-    from spotlight.sim.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_fit import fit_contrast_exponent
 
     # Twice the std, twice as fast: k = 1. Twice the std, 4x as fast: k = 2.
     fit = fit_contrast_exponent(_exploration_summary([10, 10, 10], [5, 5, 5]))
@@ -383,7 +383,7 @@ def test_contrast_exponent_is_fitted_from_iterations_to_target_and_group_std():
 
 
 def test_contrast_exponent_pools_the_points_of_several_benches():
-    from spotlight.sim.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_fit import fit_contrast_exponent
 
     # std x2 with speed-ups 2 and 4 (k 1 and 2 alone): pooled, the least-squares slope is 1.5
     one = _exploration_summary([10, 10, 10], [5, 5, 5])
@@ -409,7 +409,7 @@ def test_contrast_exponent_zero_makes_every_iteration_count_the_same():
 
 
 def test_validation_gain_per_iteration_is_the_slope_through_the_initial_validation():
-    from spotlight.sim.sim_model import val_gain_per_iteration
+    from spotlight.sim.sim_fit import val_gain_per_iteration
 
     # (iteration, wall_s, val): gains 0.02 and 0.04 at iterations 2 and 4 -> 0.01 a step
     assert val_gain_per_iteration([(0, 0.0, 0.2), (2, 5.0, 0.22), (4, 9.0, 0.24)]) == (
@@ -437,7 +437,7 @@ def _slope_summary(off_gains, spot_gains, off_std=0.1, spot_std=0.2):
 
 
 def test_contrast_exponent_is_fitted_from_the_validation_gain_per_iteration():
-    from spotlight.sim.sim_model import fit_contrast_exponent
+    from spotlight.sim.sim_fit import fit_contrast_exponent
 
     # Equal iterations to target, but twice the std climbs twice as fast: k = 1 by slope, 0 by
     # iterations; 4x as fast (means 0.01 and 0.04): k = 2.
@@ -617,7 +617,7 @@ def _live_summary(off, spot, off_dead=0.5, spot_dead=0.0):
 
 
 def test_the_live_group_exponent_is_fitted_from_dead_group_shares():
-    from spotlight.sim.sim_model import fit_exponent
+    from spotlight.sim.sim_fit import fit_exponent
 
     # twice the live groups (50% dead -> none), twice as fast: k = 1
     fit = fit_exponent(_live_summary([20, 20], [10, 10]))
