@@ -217,6 +217,7 @@ class Simulation:
             self.rewards = Rewards(lm.prompts_file, seed, lm.rank_preservation, EVALS)
         self.baseline_contrast = self.rewards.expected_random_std(scenario.group_size)
         self._shift = 0.0  # latent shift of the reward draws (LearningModel.follow_level)
+        self._baseline_live: dict[float, float] = {}  # plain GRPO's live share, by shift
         self.ledger = Ledger(prices or PriceTable())
         self.t = 0.0
         self._seq = count()
@@ -841,7 +842,10 @@ class Simulation:
         lm = self.learning
         if lm.signal == "contrast":
             return (contrast / self.baseline_contrast) ** lm.contrast_exponent
-        baseline = self.rewards.live_share(self.sc.group_size, self._shift)
+        baseline = self._baseline_live.get(self._shift)
+        if baseline is None:  # once per level (once per run without follow_level)
+            baseline = self.rewards.live_share(self.sc.group_size, self._shift)
+            self._baseline_live[self._shift] = baseline
         return (live / max(baseline, MIN_BASELINE_LIVE)) ** lm.live_exponent
 
     def _rollout(
