@@ -13,11 +13,11 @@ from spotlight.actors.names import (
     BANDIT_STATE,
     NAMESPACE,
     REQUEST_QUEUE,
-    RESOURCE_CONTROL,
     WEIGHT_BROADCAST,
 )
 from spotlight.actors.request_queue import RequestQueue
 from spotlight.actors.weight_broadcast import WeightBroadcast
+from spotlight.scheduling.resources import RESOURCE_CONTROL
 
 
 @dataclass

@@ -49,8 +49,9 @@ def sample_scores(task_name: str, checkpoint: str, prompts: list[str], num_seeds
     from spotlight.policies import make_policy
     from spotlight.recipes import TASK_SAMPLER
     from spotlight.rewards import build_reward
-    from spotlight.tasks import check_checkpoint_task, get_task
+    from spotlight.tasks import get_task
     from spotlight.training.evaluate import score_prompts
+    from spotlight.training.run_folder import check_checkpoint_task
 
     task = get_task(task_name)
     if task.reward != "ocr":

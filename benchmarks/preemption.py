@@ -249,6 +249,7 @@ def part_notice(repeats: int = 5) -> dict:
     from spotlight.job.local_cluster import head_resources
     from spotlight.policies import make_policy
     from spotlight.recipes import get_recipe
+    from spotlight.scheduling import resources
     from spotlight.scheduling.work_queue import SpillPolicy, WorkItem
 
     os.environ.update(
@@ -259,7 +260,7 @@ def part_notice(repeats: int = 5) -> dict:
             "RAY_health_check_initial_delay_ms": "0",
         }
     )
-    spot = {names.RESOURCE_SPOT: 1.0, names.RESOURCE_SAMPLER: 1.0}
+    spot = {resources.RESOURCE_SPOT: 1.0, resources.RESOURCE_SAMPLER: 1.0}
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -286,7 +287,7 @@ def part_notice(repeats: int = 5) -> dict:
         reward = reward_scorer(cfg.reward)
         app = SamplerReplica.options(
             num_replicas=2,
-            ray_actor_options=replica_actor_options(names.RESOURCE_SPOT),
+            ray_actor_options=replica_actor_options(resources.RESOURCE_SPOT),
         ).bind(spec, reward)
         serve.run(app, name="notice-bench", route_prefix=None)
         ray.get(

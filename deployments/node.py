@@ -9,7 +9,7 @@ import threading
 
 import ray
 
-from spotlight.actors.names import RESOURCE_SPOT
+from spotlight.scheduling.resources import RESOURCE_SPOT
 from spotlight.scheduling.work_queue import Pool
 
 

@@ -18,12 +18,12 @@ def reward_scorer(
     """The bound reward deployment, on the on-demand side: losing a spot node must not take the
     scorer every replica calls along with it. ``model``: the reward's local model folder;
     ``gpus``: GPUs of its own (a model reward on a GPU cluster), 0 for a CPU reward."""
-    from spotlight.actors import names
+    from spotlight.scheduling import resources
 
-    actor = {"num_cpus": 1, "resources": {names.RESOURCE_ON_DEMAND: 0.001}}
+    actor = {"num_cpus": 1, "resources": {resources.RESOURCE_ON_DEMAND: 0.001}}
     if gpus > 0:  # a GPU reserved for the reward: never one a trainer or a sampler counts on
         actor["num_gpus"] = gpus
-        actor["resources"][names.RESOURCE_REWARD] = gpus
+        actor["resources"][resources.RESOURCE_REWARD] = gpus
     return RewardScorer.options(ray_actor_options=actor).bind(reward, threads, idle_priority, model)
 
 

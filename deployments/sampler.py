@@ -92,9 +92,9 @@ def replica_actor_options(
 ) -> dict[str, Any]:
     """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and as
     many GPUs on a cluster), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
-    from spotlight.actors import names
+    from spotlight.scheduling import resources
 
-    resources: dict[str, float] = {names.RESOURCE_SAMPLER: workers}
+    resources: dict[str, float] = {resources.RESOURCE_SAMPLER: workers}
     if pool is not None:
         resources[pool] = 0.001
     return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}

@@ -115,12 +115,12 @@ def check_capacity(
     the autoscaler add nodes); elsewhere the live nodes are all there is. ``trace``: a local
     spot-trace replay, whose sampler nodes the trace adds later.
     """
-    from spotlight.actors import names
+    from spotlight.scheduling import resources
 
     config, path = autoscaler_config() if joined else (None, "")
     types = node_types(config) if config is not None else live_node_types()
     source = f"the node types of {path}" if config is not None else "its live nodes"
-    markets = (names.RESOURCE_SPOT, names.RESOURCE_ON_DEMAND)
+    markets = (resources.RESOURCE_SPOT, resources.RESOURCE_ON_DEMAND)
     if not any(t.resources.get(m, 0) > 0 for t in types for m in markets):
         raise ValueError(
             "this Ray cluster cannot run the job: no node offers the 'spot' or 'on_demand'"
@@ -131,7 +131,7 @@ def check_capacity(
         opts.num_train_workers, opts.num_samplers, opts.workers_per_replica, reward_gpus
     )
     if trace:  # the trace adds the sampler nodes; the replicas wait for them
-        roles = [r for r in roles if names.RESOURCE_SAMPLER not in r.per_unit]
+        roles = [r for r in roles if resources.RESOURCE_SAMPLER not in r.per_unit]
     missing = shortfalls(types, roles)
     if missing:
         raise ValueError(f"this Ray cluster can never run the job ({source}): {'; '.join(missing)}")

@@ -46,6 +46,7 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
     from spotlight.actors import names
     from spotlight.deployments.reward import reward_scorer
     from spotlight.deployments.sampler import ReplicaSpec, SamplerReplica, replica_actor_options
+    from spotlight.scheduling import resources
 
     spec = ReplicaSpec(
         policy=dataclasses.asdict(cfg.policy),
@@ -74,7 +75,7 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
 
     apps = {
         names.SERVE_APP: SamplerReplica.options(
-            ray_actor_options=sampler_opts(names.RESOURCE_SPOT if trace else None),
+            ray_actor_options=sampler_opts(resources.RESOURCE_SPOT if trace else None),
             autoscaling_config=autoscaling(opts.num_samplers),
             health_check_period_s=2,
         ).bind(spec, reward())
@@ -82,7 +83,7 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
     if trace and opts.spill != "never":  # the head's on-demand fallback replica
         apps[names.SERVE_APP + "-on-demand"] = SamplerReplica.options(
             name="OnDemandSampler",
-            ray_actor_options=sampler_opts(names.RESOURCE_ON_DEMAND),
+            ray_actor_options=sampler_opts(resources.RESOURCE_ON_DEMAND),
             num_replicas=1,
             health_check_period_s=2,
         ).bind(spec, reward())
@@ -143,11 +144,11 @@ def start_trainer(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from spotlight.actors import names
     from spotlight.job.trainer import train_loop
+    from spotlight.scheduling import resources
 
     gpu = opts.device.startswith("cuda")
-    per_worker = {"CPU": 1, names.RESOURCE_TRAINER: 1}
+    per_worker = {"CPU": 1, resources.RESOURCE_TRAINER: 1}
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
-from spotlight.actors import names
+from spotlight.scheduling import resources
 from spotlight.scheduling.traces import TraceInjector, load_trace, replay_events
 
 
@@ -53,8 +53,8 @@ class LocalSpotCluster:
         self.nodes[slot] = self.cluster.add_node(
             num_cpus=self.spot_cpus,
             resources={
-                names.RESOURCE_SPOT: 1.0,
-                names.RESOURCE_SAMPLER: float(self.sampler_per_node),
+                resources.RESOURCE_SPOT: 1.0,
+                resources.RESOURCE_SAMPLER: float(self.sampler_per_node),
             },
         )
 
@@ -78,10 +78,10 @@ def head_resources(num_train_workers: int, spill: bool, sampler_gpus: int = 1) -
     """The head's virtual resources in trace mode (no ``spot``): with ``spill``, room for one
     sampler replica of ``sampler_gpus``."""
     return {
-        names.RESOURCE_ON_DEMAND: 1.0,
-        names.RESOURCE_CONTROL: 1.0,
-        names.RESOURCE_TRAINER: float(num_train_workers),
-        **({names.RESOURCE_SAMPLER: float(sampler_gpus)} if spill else {}),
+        resources.RESOURCE_ON_DEMAND: 1.0,
+        resources.RESOURCE_CONTROL: 1.0,
+        resources.RESOURCE_TRAINER: float(num_train_workers),
+        **({resources.RESOURCE_SAMPLER: float(sampler_gpus)} if spill else {}),
     }
 
 

@@ -157,13 +157,13 @@ def json_values(value: Any) -> Any:
 
 def local_resources(opts: RayOptions) -> dict[str, float]:
     """Virtual resources of the embedded local Ray (the roles of cluster.yaml's node types)."""
-    from spotlight.actors import names
+    from spotlight.scheduling import resources
 
     return {
-        names.RESOURCE_SPOT: 1.0,
-        names.RESOURCE_ON_DEMAND: 1.0,
-        names.RESOURCE_CONTROL: 1.0,
-        names.RESOURCE_SAMPLER: float(opts.num_samplers * opts.workers_per_replica),
-        names.RESOURCE_TRAINER: float(opts.num_train_workers),
-        names.RESOURCE_REWARD: max(1.0, opts.reward_gpus or 0.0),
+        resources.RESOURCE_SPOT: 1.0,
+        resources.RESOURCE_ON_DEMAND: 1.0,
+        resources.RESOURCE_CONTROL: 1.0,
+        resources.RESOURCE_SAMPLER: float(opts.num_samplers * opts.workers_per_replica),
+        resources.RESOURCE_TRAINER: float(opts.num_train_workers),
+        resources.RESOURCE_REWARD: max(1.0, opts.reward_gpus or 0.0),
     }

@@ -21,16 +21,15 @@ import torch.distributed as dist
 
 
 def enable_ulysses(transformer: torch.nn.Module, degree: int) -> None:
-    """Turn on Ulysses SP of ``degree`` (the process group's world size) for ``transformer``."""
+    """Turn on Ulysses SP of ``degree`` (the process group's world size) for ``transformer``.
+    The caller has checked that ``degree`` divides the head count
+    (``spotlight.sp.sp_groups.check_degree``, which names the valid degrees)."""
     from diffusers.models._modeling_parallel import ContextParallelConfig, ParallelConfig
-
-    from spotlight.sp.sp_groups import check_degree
 
     if not dist.is_initialized():
         raise RuntimeError("initialise torch.distributed with the SP group first")
     if dist.get_world_size() != degree:
         raise ValueError(f"SP degree {degree} but the process group has {dist.get_world_size()}")
-    check_degree(degree, transformer.config.num_attention_heads)
     device_type = "cuda" if dist.get_backend() == "nccl" else "cpu"
 
     def resolve(self, config):  # diffusers' _resolve_parallel_config, with our device

@@ -269,11 +269,9 @@ class ExplorationConfig:
     selection's bias; the candidates are scored on the rollout's own weights there)."""
 
     def validate(self, group: int) -> None:
-        from spotlight.explore.seeds import SELECTIONS
-
-        if self.selection not in SELECTIONS:
+        if self.selection not in SELECTION_RULES:
             raise ValueError(
-                f"exploration.selection must be one of {', '.join(SELECTIONS)},"
+                f"exploration.selection must be one of {', '.join(SELECTION_RULES)},"
                 f" got {self.selection!r}"
             )
         if self.planner_gain not in PLANNER_GAINS:
@@ -311,6 +309,9 @@ class ExplorationConfig:
 
 PLANNER_GAINS = ("std", "live")
 """``ExplorationConfig.planner_gain`` values."""
+
+SELECTION_RULES = ("max_variance", "rescue")
+"""``ExplorationConfig.selection`` values: the rules of ``spotlight.explore.seeds.SELECTIONS``."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ class Config:
     """End the run after the first iteration that finishes past this wall time (validating
     it first); None: no cap."""
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
-    """Seed exploration (Ray runner)."""
+    """Seed exploration (both runners: ``spotlight.explore.strategy``)."""
 
     def validate(self) -> None:
         self.sampler.validate()

@@ -39,8 +39,9 @@ def _eval(args: argparse.Namespace) -> int:
     from spotlight.policies import make_policy
     from spotlight.recipes import TASK_SAMPLER
     from spotlight.rewards import build_reward
-    from spotlight.tasks import base_checkpoint, check_checkpoint_task, get_task
+    from spotlight.tasks import base_checkpoint, get_task
     from spotlight.training.evaluate import score_prompts, write_eval
+    from spotlight.training.run_folder import check_checkpoint_task
 
     task = get_task(args.task)
     checkpoint = args.checkpoint or base_checkpoint(args.task)

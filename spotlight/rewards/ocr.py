@@ -21,6 +21,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps
 from rapidfuzz.distance import Levenshtein
 
 from spotlight.rewards.simple import check_images
+from spotlight.tasks.text import normalize
 
 UPPERCASE = string.ascii_uppercase
 """The whitelist for prompts whose targets are uppercase Latin letters (``whitelist=UPPERCASE``)."""
@@ -52,11 +53,6 @@ def levenshtein(a: str, b: str) -> int:
     """The edit distance between ``a`` and ``b``: fewest insertions, deletions, substitutions
     (rapidfuzz's C++ implementation)."""
     return Levenshtein.distance(a, b)
-
-
-def normalize(text: str) -> str:
-    """``text`` lowercased with all whitespace removed: the form both sides are compared in."""
-    return "".join(text.split()).lower()
 
 
 def quoted_target(prompt: str) -> str:

@@ -1,6 +1,6 @@
 """Can a cluster ever run a job? What the job asks for, against what its node types can offer.
 
-The Ray job places each role on capacity through a custom resource (``actors/names.py``): a
+The Ray job places each role on capacity through a custom resource (:mod:`.resources`): a
 trainer worker takes one ``trainer_gpu``, a sampler replica ``sampler_gpu`` for each of its
 GPU workers, the model reward ``reward_gpu``. A request that no node type can ever satisfy is
 not an error in Ray: it stays pending, the autoscaler logs that it cannot be scheduled, and
@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spotlight.actors import names
+from spotlight.scheduling import resources
 
 
 @dataclass(frozen=True)
@@ -69,17 +69,19 @@ def job_roles(
     ``deployments/sampler.py``, ``deployments/reward.py``). All ``samplers`` replicas count:
     Serve starts the deployment with that many (``initial_replicas``) and waits for them."""
     roles = [
-        Role("trainer worker", train_workers, {names.RESOURCE_TRAINER: 1.0}, "--train-workers"),
+        Role("trainer worker", train_workers, {resources.RESOURCE_TRAINER: 1.0}, "--train-workers"),
         Role(
             "sampler replica",
             samplers,
-            {names.RESOURCE_SAMPLER: float(workers_per_replica)},
+            {resources.RESOURCE_SAMPLER: float(workers_per_replica)},
             "--samplers, each with --sp-workers or --sp-degree GPUs",
         ),
     ]
     if reward_gpus > 0:
         roles.append(
-            Role("model reward", 1, {names.RESOURCE_REWARD: float(reward_gpus)}, "--reward-gpus")
+            Role(
+                "model reward", 1, {resources.RESOURCE_REWARD: float(reward_gpus)}, "--reward-gpus"
+            )
         )
     return roles
 

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from spotlight.actors import names
 from spotlight.config import Config, trained_step_count
+from spotlight.scheduling import resources
 from spotlight.scheduling.capacity import NodeType, job_roles, node_types, shortfalls
 from spotlight.sim.sim_model import Overheads, Scenario
 
@@ -85,9 +85,9 @@ def _sampler_gpus_a_node(types: list[NodeType], market: str) -> list[tuple[NodeT
     """Node types that offer ``sampler_gpu`` in ``market`` ('spot' or 'on_demand'), each with
     its ``sampler_gpu`` count."""
     return [
-        (t, int(t.resources[names.RESOURCE_SAMPLER]))
+        (t, int(t.resources[resources.RESOURCE_SAMPLER]))
         for t in types
-        if t.resources.get(names.RESOURCE_SAMPLER, 0) > 0 and t.resources.get(market, 0) > 0
+        if t.resources.get(resources.RESOURCE_SAMPLER, 0) > 0 and t.resources.get(market, 0) > 0
     ]
 
 
@@ -109,14 +109,14 @@ def paper_scenario(name: str, cluster: Mapping[str, Any] | None = None) -> Scena
     missing = shortfalls(types, roles)
     if missing:
         raise ValueError(f"scenario {name}: the cluster cannot hold its run: {'; '.join(missing)}")
-    spot = {gpus for _, gpus in _sampler_gpus_a_node(types, names.RESOURCE_SPOT)}
+    spot = {gpus for _, gpus in _sampler_gpus_a_node(types, resources.RESOURCE_SPOT)}
     if len(spot) != 1:
         raise ValueError(
             f"scenario {name}: the spot sampler node types offer {sorted(spot)} sampler GPUs a"
             " node; the simulator's traces count nodes of one size"
         )
     fallback = sum(
-        gpus * t.max_nodes for t, gpus in _sampler_gpus_a_node(types, names.RESOURCE_ON_DEMAND)
+        gpus * t.max_nodes for t, gpus in _sampler_gpus_a_node(types, resources.RESOURCE_ON_DEMAND)
     )
     size = int(cfg.policy.options["height"])
     return Scenario(

@@ -46,6 +46,7 @@ def _build_policy(policy: dict[str, Any], state: dict, degree: int):
     from spotlight.config import PolicyConfig
     from spotlight.policies import make_policy
     from spotlight.policies.sp import enable_ulysses
+    from spotlight.sp.sp_groups import check_degree
 
     cfg = PolicyConfig(**{**policy, "checkpoint": None})
     # Built on the CPU (the tiny policy: milliseconds), then pointed at the weights in memory.
@@ -54,6 +55,7 @@ def _build_policy(policy: dict[str, Any], state: dict, degree: int):
     module = make_policy(cfg, "cpu")
     module.load_state_dict(state, assign=True)
     if degree > 1:
+        check_degree(degree, module.transformer.config.num_attention_heads)
         enable_ulysses(module.transformer, degree)
     return module
 

@@ -52,35 +52,10 @@ def base_checkpoint(name: str) -> str:
     return str(ASSETS / f"{name}.safetensors")
 
 
-def check_checkpoint_task(checkpoint: str | Path, name: str) -> None:
-    """Refuse a tiny-policy checkpoint that draws other images than task ``name`` scores
-    (read from the file's header, before any model is built).
-
-    Raises:
-        ValueError: the file is not a tiny-policy checkpoint, or its images are another
-            shape than the task's (naming the task whose shape it has).
-    """
-    from spotlight.policies.tiny import checkpoint_config
-
-    def shape(path) -> tuple[int, int, int]:
-        c = checkpoint_config(path)
-        return (c.height, c.width, c.channels)
-
-    have, want = shape(checkpoint), shape(base_checkpoint(name))
-    if have != want:
-        other = [t for t in TASK_NAMES if t != name and shape(base_checkpoint(t)) == have]
-        what = f"an {other[0]} model" if other else "no task's model"
-        raise ValueError(
-            f"{checkpoint} draws {have[0]}x{have[1]}x{have[2]} images ({what}); task {name}"
-            f" scores {want[0]}x{want[1]}x{want[2]}"
-        )
-
-
 __all__ = [
     "PROMPT_SET_NAMES",
     "TASK_NAMES",
     "Task",
     "base_checkpoint",
-    "check_checkpoint_task",
     "get_task",
 ]

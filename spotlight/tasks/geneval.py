@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from spotlight.rewards.geneval_rules import (
+from spotlight.tasks.geneval_spec import (
     CATEGORIES,
     COLORS,
     INVERSE,

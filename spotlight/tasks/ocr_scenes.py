@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from spotlight.rewards.ocr import normalize
+from spotlight.tasks.text import normalize
 
 VERSION = 1
 """Version of the prompt set; bump it with any change to the lists, seed or sizes below."""

@@ -33,6 +33,9 @@ OLD_POLICY_FILE = "nft_old_policy.safetensors"
 """In ``checkpoint/`` with ``grpo.nft_old_ema``: DiffusionNFT's EMA sampling policy
 (``spotlight.flow.old_policy.OldPolicy.to_bytes``); ``policy.safetensors`` holds the trained
 weights."""
+BANDIT_FILE = "bandit_state.json"
+"""The exploration planner's statistics (``{"planner": ...}``), beside the checkpoint: the Ray
+job's bandit-state actor persists them there, the local runner writes them itself."""
 
 
 def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
@@ -43,11 +46,35 @@ def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
         read_checkpoint_state(out_dir, cfg.recipe)
     if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
         from spotlight.policies.tiny import checkpoint_metadata
-        from spotlight.tasks import check_checkpoint_task
 
         checkpoint_metadata(cfg.policy.checkpoint)
         if cfg.task is not None:
             check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
+
+
+def check_checkpoint_task(checkpoint: str | Path, name: str) -> None:
+    """Refuse a tiny-policy checkpoint that draws other images than task ``name`` scores
+    (read from the file's header, before any model is built).
+
+    Raises:
+        ValueError: the file is not a tiny-policy checkpoint, or its images are another
+            shape than the task's (naming the task whose shape it has).
+    """
+    from spotlight.policies.tiny import checkpoint_config
+    from spotlight.tasks import TASK_NAMES, base_checkpoint
+
+    def shape(path) -> tuple[int, int, int]:
+        c = checkpoint_config(path)
+        return (c.height, c.width, c.channels)
+
+    have, want = shape(checkpoint), shape(base_checkpoint(name))
+    if have != want:
+        other = [t for t in TASK_NAMES if t != name and shape(base_checkpoint(t)) == have]
+        what = f"an {other[0]} model" if other else "no task's model"
+        raise ValueError(
+            f"{checkpoint} draws {have[0]}x{have[1]}x{have[2]} images ({what}); task {name}"
+            f" scores {want[0]}x{want[1]}x{want[2]}"
+        )
 
 
 QUEUE_COUNTERS = (

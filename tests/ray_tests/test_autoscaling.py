@@ -23,13 +23,14 @@ import yaml
 
 from ray_tests.helpers import ray_options, smoke
 from spotlight.actors import names
+from spotlight.scheduling import resources
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOSCALER_V2 = True
 """As cluster.yaml's head runs it (RAY_enable_autoscaler_v2=1)."""
 GPUS = 2
 """GPUs a fake node of an 8-GPU type (the reward type keeps its one)."""
-ROLE_GPUS = (names.RESOURCE_SAMPLER, names.RESOURCE_TRAINER, names.RESOURCE_REWARD)
+ROLE_GPUS = (resources.RESOURCE_SAMPLER, resources.RESOURCE_TRAINER, resources.RESOURCE_REWARD)
 
 
 def fake_node_types(cluster: dict) -> dict:

@@ -90,17 +90,17 @@ def test_a_job_the_cluster_can_never_hold_is_refused_before_work(local_ray, tmp_
 
     import yaml
 
-    from spotlight.actors import names
     from spotlight.job.cluster import check_capacity
+    from spotlight.scheduling import resources
 
     with pytest.raises(ValueError, match=r"5 trainer workers \(--train-workers\)"):
         check_capacity(ray_options(num_train_workers=5))
     config = {
         "head_node_type": "head",
         "available_node_types": {
-            "head": {"resources": {names.RESOURCE_ON_DEMAND: 1}, "max_workers": 0},
-            "trainer": {"resources": {names.RESOURCE_TRAINER: 8}, "max_workers": 1},
-            "spot": {"resources": {names.RESOURCE_SAMPLER: 8}, "max_workers": 2},
+            "head": {"resources": {resources.RESOURCE_ON_DEMAND: 1}, "max_workers": 0},
+            "trainer": {"resources": {resources.RESOURCE_TRAINER: 8}, "max_workers": 1},
+            "spot": {"resources": {resources.RESOURCE_SAMPLER: 8}, "max_workers": 2},
         },
     }
     path = tmp_path / "bootstrap.yaml"
@@ -325,3 +325,4 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
     for got, want in zip(old.params, ref.old_policy.params, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert not old.matches(ref.policy)  # the EMA mixed: the sampling policy is not the trained
+

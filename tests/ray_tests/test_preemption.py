@@ -14,6 +14,7 @@ import torch
 from spotlight.actors import names
 from spotlight.config import SamplerConfig
 from spotlight.job.local_cluster import head_resources
+from spotlight.scheduling import resources
 from spotlight.scheduling.work_queue import SpillPolicy, WorkItem
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 SAMPLER = SamplerConfig(num_steps=60, eta=0.7, batch_size=4)
 """Long enough (about a second per item here) for nodes to go while items are in flight."""
 LEASE_S = 4.0
-SPOT = {names.RESOURCE_SPOT: 1.0, names.RESOURCE_SAMPLER: 1.0}
+SPOT = {resources.RESOURCE_SPOT: 1.0, resources.RESOURCE_SAMPLER: 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_items_survive_a_notice_a_hard_kill_and_a_node_coming_back(spot_cluster)
     reward = reward_scorer(cfg.reward)
     app = SamplerReplica.options(
         num_replicas=2,
-        ray_actor_options=replica_actor_options(names.RESOURCE_SPOT),
+        ray_actor_options=replica_actor_options(resources.RESOURCE_SPOT),
         health_check_period_s=1,
     ).bind(spec, reward)
     serve.run(app, name="preemption-test", route_prefix=None)

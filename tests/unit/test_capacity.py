@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from spotlight.actors import names
+from spotlight.scheduling import resources
 from spotlight.scheduling.capacity import (
     NodeType,
     job_roles,
@@ -15,7 +15,7 @@ from spotlight.scheduling.capacity import (
 )
 
 CLUSTER_YAML = Path(__file__).resolve().parents[2] / "cluster.yaml"
-S, T, R = names.RESOURCE_SAMPLER, names.RESOURCE_TRAINER, names.RESOURCE_REWARD
+S, T, R = resources.RESOURCE_SAMPLER, resources.RESOURCE_TRAINER, resources.RESOURCE_REWARD
 
 
 def config(trainer_nodes=1, cap=None):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from jsonschema.exceptions import ValidationError
 
-from spotlight.actors import names
+from spotlight.scheduling import resources
 
 CLUSTER_YAML = Path(__file__).resolve().parents[2] / "cluster.yaml"
 
@@ -40,19 +40,19 @@ def test_node_types_offer_the_roles_the_system_places_work_on():
     assert instance == ["p5.48xlarge", "p5e.48xlarge", "p4de.24xlarge"]
     # Identical resources (so the autoscaler's utilization score ties), then priority decides.
     assert all(types[n]["resources"] == types["sampler_spot"]["resources"] for n in spot)
-    assert types["sampler_spot"]["resources"][names.RESOURCE_SPOT] == 1
-    assert types["sampler_spot"]["resources"][names.RESOURCE_SAMPLER] == 8
+    assert types["sampler_spot"]["resources"][resources.RESOURCE_SPOT] == 1
+    assert types["sampler_spot"]["resources"][resources.RESOURCE_SAMPLER] == 8
     assert types["sampler_spot"]["resources"]["CPU"] <= 96  # p4de.24xlarge's vCPUs
     priorities = [types[n]["priority"] for n in spot]
     assert priorities == sorted(priorities, reverse=True) and len(set(priorities)) == 3
     # The fallback offers the same sampler resource on on-demand capacity, at lower priority.
     fallback = types["sampler_ondemand"]
-    assert names.RESOURCE_SAMPLER in fallback["resources"]
-    assert names.RESOURCE_ON_DEMAND in fallback["resources"]
+    assert resources.RESOURCE_SAMPLER in fallback["resources"]
+    assert resources.RESOURCE_ON_DEMAND in fallback["resources"]
     assert fallback["priority"] < min(priorities)
-    assert names.RESOURCE_TRAINER in types["trainer"]["resources"]
+    assert resources.RESOURCE_TRAINER in types["trainer"]["resources"]
     assert "InstanceMarketOptions" not in types["trainer"]["node_config"]
-    assert types["head"]["resources"][names.RESOURCE_CONTROL] == 1
+    assert types["head"]["resources"][resources.RESOURCE_CONTROL] == 1
 
 
 def test_the_head_starts_locked_and_every_node_joins_with_the_token():
@@ -71,10 +71,10 @@ def test_the_head_starts_locked_and_every_node_joins_with_the_token():
 
 def test_the_reward_has_a_gpu_resource_of_its_own():
     types = load()["available_node_types"]
-    offering = [n for n, t in types.items() if names.RESOURCE_REWARD in t["resources"]]
+    offering = [n for n, t in types.items() if resources.RESOURCE_REWARD in t["resources"]]
     assert offering == ["reward"]
-    assert names.RESOURCE_TRAINER not in types["reward"]["resources"]
-    assert names.RESOURCE_SAMPLER not in types["reward"]["resources"]
+    assert resources.RESOURCE_TRAINER not in types["reward"]["resources"]
+    assert resources.RESOURCE_SAMPLER not in types["reward"]["resources"]
 
 
 def test_every_node_boots_the_pinned_image_with_shared_storage():

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
+from spotlight.config import SELECTION_RULES
 from spotlight.explore.dead_groups import (
     dead_probability_random,
     expected_std_random,
@@ -61,7 +62,9 @@ def test_rescue_keeps_a_live_random_group_and_rescues_a_dead_one():
     assert rescue_subset(dead_head, 3) == max_variance_subset(dead_head, 3)
     assert sorted(dead_head[i] for i in rescue_subset(dead_head, 3)) == [0.0, 1.0, 1.0]
     assert rescue_subset([0.0] * 6, 3) == max_variance_subset([0.0] * 6, 3)  # nothing to rescue
-    assert set(SELECTIONS) == {"max_variance", "rescue"}
+    assert (
+        tuple(SELECTIONS) == SELECTION_RULES == ("max_variance", "rescue")
+    )  # every rule has a name
     with pytest.raises(ValueError, match="group"):
         rescue_subset([1.0], 2)
 

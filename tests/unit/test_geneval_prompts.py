@@ -8,7 +8,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from spotlight.rewards.geneval_rules import CATEGORIES, COLORS, INVERSE, Requirement, Spec
 from spotlight.tasks import geneval as g
 from spotlight.tasks import get_task
 from spotlight.tasks.geneval import (
@@ -21,6 +20,7 @@ from spotlight.tasks.geneval import (
     meaning,
     parse,
 )
+from spotlight.tasks.geneval_spec import CATEGORIES, COLORS, INVERSE, Requirement, Spec
 
 TASK = GenEvalTask()
 TRAIN, VAL = TASK.prompts("train"), TASK.prompts("val")

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from spotlight.rewards import REWARDS
-from spotlight.rewards.ocr import normalize, quoted_target
+from spotlight.rewards.ocr import quoted_target
 from spotlight.tasks import get_task
 from spotlight.tasks import ocr_scenes as scenes
 from spotlight.tasks.ocr_scenes import OcrScenes
+from spotlight.tasks.text import normalize
 
 
 def split_prompt(prompt: str) -> tuple[str, str]:
