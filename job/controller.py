@@ -15,11 +15,12 @@ and calls :meth:`Controller.iteration` once per iteration:
 5. ``_await_update``: the trainer's update (weights ``v_t + 1``); what exploration finished
    meanwhile selects the next iteration's seeds.
 
-The arithmetic is pure and shared with the local loop (``spotlight.training.rollout``,
-``spotlight.training.loop``, ``spotlight.explore.exploration``); the queue's plumbing is
-:mod:`.queue_client`. A restarted driver (``--resume DIR``) continues after the last checkpointed
-iteration: the trainer starts from that checkpoint and publishes its version, finished queue items
-of the interrupted iteration are reused (their ids are deterministic), nothing is trained twice.
+The decisions are pure and shared with the local runner (``spotlight.training.rollout``,
+``spotlight.training.loop``, and exploration's in ``spotlight.explore.strategy``); the queue's
+plumbing is :mod:`.queue_client`. A restarted driver (``--resume DIR``) continues after the last
+checkpointed iteration: the trainer starts from that checkpoint and publishes its version,
+finished queue items of the interrupted iteration are reused (their ids are deterministic),
+nothing is trained twice.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from spotlight.training.loop import (
 )
 from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
 from spotlight.training.run_folder import (
+    BANDIT_FILE,
     CKPT_DIR,
     QUEUE_COUNTERS,
     atomic,
@@ -55,17 +57,10 @@ from spotlight.training.run_folder import (
     write_old_policy,
 )
 
-BANDIT_FILE = "bandit_state.json"
-"""The planner's statistics, saved by the bandit-state actor inside the run folder."""
-
 
 def run_id_of(out_dir: Path, cfg: Config) -> str:
     """Identifies a run across driver restarts (same folder, same recipe)."""
     return hashlib.sha256(f"{out_dir.resolve()}|{cfg.recipe}".encode()).hexdigest()[:16]
-
-
-def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
-    return new if old is None else weight * new + (1 - weight) * old
 
 
 class Controller:
@@ -79,7 +74,7 @@ class Controller:
         log: TextIO | None,
         injector=None,
     ):
-        from spotlight.explore.planner import Planner
+        from spotlight.explore.strategy import ExplorationStrategy
 
         self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
         self.injector = injector
@@ -92,16 +87,8 @@ class Controller:
         """The request queue (after :meth:`start`)."""
         self._counter_base: dict[str, int] = {}
         """Counters a resumed run carried over, when the queue's own were lost."""
-        self.planner = Planner(cfg.exploration, cfg.grpo.group_size)
-        self.next_selection = None
-        """Seeds chosen by the exploration that ran during the last update (spot mode)."""
-        self.next_explore_metrics: dict[str, Any] = {}
-        self._train_s: float | None = None
-        """Measured (EMA) trainer update time: the exploration budget's time."""
-        self._last_sample_s: float | None = None
-        """Before the first update is measured, the rollout's time stands in for it."""
-        self._rate: float | None = None
-        """Measured (EMA) sampling throughput, samples/s: the budget's rate."""
+        self.explore = ExplorationStrategy(cfg)
+        """Exploration's decisions (budget, plan, selection); the controller samples them."""
         self._pending_optimizer: bytes | None = None
         """The optimizer state of the last update, written by the next checkpoint."""
         self.val_samples: tuple = (None, [], [])
@@ -129,7 +116,7 @@ class Controller:
             start, version, initial = self._load_checkpoint()
             if kept:  # the queue's counters went on counting this run
                 self._counter_base = {}
-        self.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
+        self.explore.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
         progress.line(
             self.log,
             f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
@@ -161,7 +148,7 @@ class Controller:
         results, rewards, trajectories = self._rollout(plan, selection, it, version)  # 2.
         advantages, group_stats = self._advantages(plan, rewards, selection, extra, it)
         t1 = time.perf_counter()
-        sample_s = self._last_sample_s = t1 - t0
+        sample_s = t1 - t0
         rate = samplers_rate(
             results.values(),
             len(plan.to_sample),
@@ -169,23 +156,20 @@ class Controller:
             self.opts.trainer_samples,
             self.queue.stats.get("workers_by_pool", {}),
         )
-        if rate is not None:
-            self._rate = _ema(self._rate, rate)
+        self.explore.measured(sample_s, rate)
         self._post_batch(it, trajectories, advantages)  # 3. the trainer trains on it
         exploration = self._explore_next(it, version)  # 4. exploration meanwhile
         update = self._await_update(it, exploration)  # 5. the next weights
-        return self._metrics(it, update, group_stats, len(trajectories), results, extra, t1)
+        return self._metrics(
+            it, update, group_stats, len(trajectories), results, extra, t1, sample_s
+        )
 
     def _seeds_chosen(self, it: int, version: int, unique: list[str]):
         """Step 1's seeds: the critical path explores now; spot exploration chose them during
         the last update; otherwise none (random seeds). Returns (selection or None, metrics)."""
-        mode = self.cfg.exploration.mode
-        selection, extra = None, {}
-        if mode == "critical_path":  # explore with the fresh weights, then use the best
-            selection, extra = self._explore_now(it, version, unique, self._budget())
-        elif mode == "spot" and self.next_selection is not None:
-            selection, extra = self.next_selection, dict(self.next_explore_metrics)
-        self.next_selection, self.next_explore_metrics = None, {}
+        selection, extra = self.explore.take()
+        if self.explore.mode == "critical_path":  # explore with the fresh weights, use the best
+            selection, extra = self._explore_now(it, version, unique)
         return selection, extra
 
     def _rollout(self, plan: RolloutPlan, selection, it: int, version: int):
@@ -202,23 +186,13 @@ class Controller:
         return results, plan.assemble(rolled_r, sel_r), plan.assemble(rolled_t, sel_t)
 
     def _advantages(self, plan: RolloutPlan, rewards, selection, extra, it: int):
-        """The planner learns from the rollout's rewards, the stale/fresh rank agreement of the
-        explored seeds is measured, and the group advantages are computed."""
+        """Exploration learns from the rollout's rewards (``ExplorationStrategy.rollout_scored``)
+        and the group advantages are computed."""
         import torch
-
-        from spotlight.explore.exploration import rank_preservation
 
         g = plan.group
         per_prompt = [(p, rewards[b * g : (b + 1) * g]) for b, p in enumerate(plan.prompts)]
-        for prompt, rs in per_prompt:
-            self.planner.note_rollout(prompt, rs)
-        if self.cfg.exploration.mode == "spot" and selection is not None:
-            extra["rank_spearman_stale_fresh"] = rank_preservation(
-                {p: selection.selected_rewards[p] for p in selection.seeds}, dict(per_prompt)
-            )
-        pools = None
-        if self.cfg.exploration.pool_advantages and selection is not None:
-            pools = [selection.explored.get(p) for p in plan.prompts]
+        pools = self.explore.rollout_scored(per_prompt, selection, extra)
         return score_groups(torch.tensor(rewards, dtype=torch.float32), self.cfg, it, pools)
 
     def _post_batch(self, it: int, trajectories, advantages) -> None:
@@ -232,9 +206,11 @@ class Controller:
 
     def _explore_next(self, it: int, version: int):
         """Step 4: spot exploration of the next iteration's prompts, on these weights."""
-        if self.cfg.exploration.mode == "spot" and it + 1 < self.cfg.num_iterations:
-            return self._submit_exploration(it + 1, version)
-        return None
+        if not self.explore.explores_next(it):
+            return None
+        exp = self.explore.plan(it + 1, version, *self._groups(it + 1))
+        self.queue.submit(exp.work_items(self.cfg.seed, self.cfg.sampler.batch_size))
+        return exp
 
     def _await_update(self, it: int, exploration) -> dict[str, Any]:
         """Step 5: the trainer's update (its weights published, its optimizer state posted),
@@ -243,14 +219,14 @@ class Controller:
 
         update = protocol.await_update(self.queue, it)
         self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
-        self._train_s = _ema(self._train_s, update["train_s"])
+        self.explore.trained(update["train_s"])
         self._pending_optimizer = ray.get(update["optimizer"][0])
         if exploration is not None:
             self._collect_exploration(exploration, update["weights_version"])
-        ray.get(self.actors.bandit.update.remote({"planner": self.planner.to_dict()}))
+        ray.get(self.actors.bandit.update.remote({"planner": self.explore.planner.to_dict()}))
         return update
 
-    def _metrics(self, it, update, group_stats, num_samples, results, extra, t1) -> dict:
+    def _metrics(self, it, update, group_stats, num_samples, results, extra, t1, sample_s):
         """The iteration's metrics row (``loop.metrics_row``, as the local loop's) and the
         Ray job's own figures."""
         loss = {
@@ -264,7 +240,7 @@ class Controller:
             update["weights_version"],
             group_stats,
             num_samples,
-            self._last_sample_s,
+            sample_s,
             t2 - t1,
             loss,
         )
@@ -290,34 +266,6 @@ class Controller:
             for k, (ps, ss, ii) in enumerate(chunks(flat, self.cfg.sampler.batch_size, init))
         ]
 
-    def _budget(self) -> int:
-        """This iteration's exploration budget: ``budget_seeds`` when fixed; else, for
-        ``critical_path``, the cap; for ``spot``, the seeds the replicas can sample during the
-        predicted training time (both measured)."""
-        from spotlight.explore.planner import exploration_budget
-
-        xcfg = self.cfg.exploration
-        if xcfg.budget_seeds:
-            return min(xcfg.budget_seeds, xcfg.max_seeds_per_iteration)
-        if xcfg.mode == "critical_path":  # best-of-N: as much as it takes
-            return xcfg.max_seeds_per_iteration
-        train_s = self._train_s if self._train_s is not None else self._last_sample_s
-        return exploration_budget(
-            xcfg.budget_scale * (train_s or 0.0), self._rate or 0.0, xcfg.max_seeds_per_iteration
-        )
-
-    def _submit_exploration(self, it: int, version: int):
-        """Plan and queue the exploration of iteration ``it``'s prompts on weights ``version``."""
-        from spotlight.explore.exploration import Exploration
-
-        cfg = self.cfg
-        unique, init = self._groups(it)
-        budget = self._budget()
-        plan = self.planner.plan(unique, budget)
-        exp = Exploration(it, version, unique, plan, budget=budget, init_seeds=init)
-        self.queue.submit(exp.work_items(cfg.seed, cfg.sampler.batch_size))
-        return exp
-
     def _groups(self, it: int) -> tuple[list[str], list[int] | None]:
         """Iteration ``it``'s prompts, one per group, and the initial-noise seed each group
         shares (None without ``sampler.group_init_noise``)."""
@@ -326,54 +274,18 @@ class Controller:
         return prompts[::group], init[::group] if init is not None else None
 
     def _collect_exploration(self, exp, fresh_version: int) -> None:
-        """Take what finished (unfinished items are withdrawn), select, learn."""
+        """Take what finished (unfinished items are withdrawn); the strategy selects."""
         ids = exp.all_item_ids()
-        if self.cfg.exploration.budget_seeds and ids:  # a fixed budget is explored in full
+        if self.explore.waits_for_all() and ids:
             self.queue.wait_all(ids, f"iteration {exp.iteration + 1} exploration")
-        sel = self._select(exp, self.queue.collect(ids), fresh_version)
-        self.next_selection = sel
-        self.next_explore_metrics = {
-            **sel.metrics(),
-            "explore_budget_predicted": exp.budget,
-            "explore_budget_used": sel.seeds_explored,
-            "explore_weights_version": exp.weights_version,
-        }
+        self.explore.spot_explored(exp, self.queue.collect(ids), fresh_version)
 
-    def _select(self, exp, results, fresh_version: int, keep_trajectories: bool = False):
-        """The kept seeds of what ``exp`` explored (``exploration.selection``); the planner
-        learns from every explored prompt."""
-        from spotlight.explore.exploration import select_groups
-
-        x = self.cfg.exploration
-        sel = select_groups(
-            exp,
-            results,
-            self.cfg.grpo.group_size,
-            fresh_version,
-            x.max_staleness,
-            keep_trajectories,
-            x.selection,
-        )
-        for prompt, rewards in sel.explored.items():
-            self.planner.observe(prompt, rewards)
-        return sel
-
-    def _explore_now(self, it: int, version: int, unique: list[str], budget: int):
+    def _explore_now(self, it: int, version: int, unique: list[str]):
         """Critical-path exploration: explore on ``version`` and wait for all of it."""
-        from spotlight.explore.exploration import Exploration
-
-        cfg = self.cfg
-        init = self._groups(it)[1]
-        plan = self.planner.plan(unique, budget)
-        exp = Exploration(it, version, unique, plan, budget=budget, init_seeds=init)
-        items = exp.work_items(cfg.seed, cfg.sampler.batch_size)
+        exp = self.explore.plan(it, version, unique, self._groups(it)[1])
+        items = exp.work_items(self.cfg.seed, self.cfg.sampler.batch_size)
         results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
-        sel = self._select(exp, results, version, keep_trajectories=True)
-        return sel, {
-            **sel.metrics(),
-            "explore_budget_predicted": budget,
-            "explore_budget_used": sel.seeds_explored,
-        }
+        return self.explore.critical_path_explored(exp, results)
 
     # -- Validation, counters, checkpoints -----------------------------------------------
     def evaluate(self, it: int, version: int) -> float:
@@ -446,44 +358,19 @@ class Controller:
             "recipe": self.cfg.recipe,
             "policy_sha256": sha256(ckpt / "policy.safetensors"),
             "ledger": self.ledger.to_dict(),
-            "next_selection": self._selection_state(),
+            "next_selection": self.explore.state(),
             "counters": self.fault_counters(),
         }
         if old is not None:
             write_old_policy(ckpt, old, state)
         write_json(ckpt / "state.json", state)
 
-    def _selection_state(self) -> dict[str, Any] | None:
-        """The next iteration's explored seeds: a resumed driver rolls out the same ones."""
-        sel = self.next_selection
-        if sel is None:
-            return None
-        return {
-            "seeds": sel.seeds,
-            "explored": sel.explored,
-            "selected_rewards": sel.selected_rewards,
-            "fallback_prompts": sel.fallback_prompts,
-            "seeds_explored": sel.seeds_explored,
-            "metrics": self.next_explore_metrics,
-        }
-
     def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, ...]]:
         """(iterations done, weights version, the trainer's start: the trained weights and
         the optimizer state, and with ``grpo.nft_old_ema`` the old policy's bytes)."""
         state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
         ckpt = self.out_dir / CKPT_DIR
-        nxt = state.get("next_selection")
-        if nxt:
-            from spotlight.explore.exploration import Selection
-
-            self.next_selection = Selection(
-                nxt["seeds"],
-                nxt["explored"],
-                nxt["selected_rewards"],
-                nxt["fallback_prompts"],
-                nxt["seeds_explored"],
-            )
-            self.next_explore_metrics = nxt["metrics"]
+        self.explore.load_state(state.get("next_selection"))
         if "ledger" in state:
             self.ledger.load(state["ledger"])
             c = state.get("counters", {})

@@ -1,7 +1,9 @@
 """``spotlight bench exploration``: the exploration modes against each other on real runs.
 
-Runs the recipe once per (mode, training seed) on one Ray instance, with the same number of
-trained samples per iteration in every mode:
+Runs the recipe once per (mode, training seed), on one Ray instance or with the local runner
+(``--runner local``: the same seeds and selections, exploration sampled in turn with the rollout,
+so iterations compare and wall times do not), with the same number of trained samples per
+iteration in every mode:
 
 * ``off``: plain GRPO with random seeds;
 * ``critical_path``: explore with the fresh weights before each rollout (best-of-N);
@@ -55,16 +57,14 @@ def run_runs(
     out: Path,
     modes: list[str],
     seeds: list[int],
-    opts,
+    train: Callable[[Config, Path, bool], Any],
     log: TextIO | None = None,
     reuse: dict[str, dict[str, Any]] | None = None,
     on_run: Callable[[dict[str, list[Run]]], None] | None = None,
 ) -> dict[str, list[Run]]:
-    """One Ray run per (mode, seed) under ``out/runs``; returns the runs by mode: run folders,
-    or records from ``reuse`` (by run name) that ran the same config. ``on_run`` gets what has
-    finished so far after each run."""
-    from spotlight.job.run import run_ray
-
+    """One run per (mode, seed) under ``out/runs``, by ``train(config, run_dir, resume)``;
+    returns the runs by mode: run folders, or records from ``reuse`` (by run name) that ran the
+    same config. ``on_run`` gets what has finished so far after each run."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -86,7 +86,7 @@ def run_runs(
         progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
         bar.set_postfix_str(f"{mode}, seed {seed}")
         resume = (run_dir / "checkpoint" / "state.json").exists()
-        run_ray(configs[mode, seed], run_dir, resume=resume, opts=opts, log=None)
+        train(configs[mode, seed], run_dir, resume)
         bar.update(1)
         if on_run is not None:
             on_run(finished_runs(out, configs, reuse))

@@ -24,15 +24,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _exploration(args: argparse.Namespace) -> int:
     from spotlight.bench import MODES, finished_runs, report_records, run_configs, run_runs
-    from spotlight.job.cluster import connect
-    from spotlight.job.options import RayOptions
 
     cfg = _exploration_config(args)
     modes = args.modes or list(MODES)
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
-    opts = RayOptions(num_samplers=args.samplers, wandb=False)
     out = Path(args.out)
     name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
@@ -48,11 +45,27 @@ def _exploration(args: argparse.Namespace) -> int:
     if args.report_only:  # what has finished so far (a bench can be stopped and resumed)
         summary = report(finished_runs(out, run_configs(cfg, modes, args.seeds), reuse))
     else:
-        connect(opts)  # one Ray for all runs
-        runs = run_runs(cfg, out, modes, args.seeds, opts, sys.stdout, reuse, on_run=report)
+        train = _runner(args)
+        runs = run_runs(cfg, out, modes, args.seeds, train, sys.stdout, reuse, on_run=report)
         summary = report(runs)
     _print_summary(summary, out, name)
     return 0
+
+
+def _runner(args: argparse.Namespace):
+    """``train(config, run_dir, resume)`` of ``--runner``: the Ray job (one Ray for all runs)
+    or the local runner."""
+    if args.runner == "local":
+        from spotlight.training.run_local import run_local
+
+        return lambda cfg, run_dir, resume: run_local(cfg, run_dir, resume=resume)
+    from spotlight.job.cluster import connect
+    from spotlight.job.options import RayOptions
+    from spotlight.job.run import run_ray
+
+    opts = RayOptions(num_samplers=args.samplers, wandb=False)
+    connect(opts)
+    return lambda cfg, run_dir, resume: run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
 
 
 def _write_report(runs, cfg: Config, args: argparse.Namespace, out: Path, name: str):
@@ -61,6 +74,7 @@ def _write_report(runs, cfg: Config, args: argparse.Namespace, out: Path, name: 
 
     summary = summarize_runs(runs, args.target_delta)
     summary.update(
+        runner=args.runner,
         recipe=cfg.recipe,
         task=cfg.task,
         iterations=cfg.num_iterations,
@@ -137,11 +151,21 @@ def add_parser(sub) -> None:
 
 def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
     """``bench exploration``: the runs (recipe, modes, seeds, target) and the report."""
+    from spotlight.bench import MODES
+
+    modes = " ".join(MODES)
     bench.add_argument("--recipe", default=DEFAULT_RECIPE, choices=sorted(RECIPES))
     bench.add_argument("--iterations", type=int, help="iterations per run (default: recipe's)")
     bench.add_argument("--val-every", type=int, help="validation interval (default: recipe's)")
     bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds")
-    bench.add_argument("--modes", nargs="+", help="subset of off critical_path spot spot_uniform")
+    bench.add_argument("--modes", nargs="+", help="subset of the modes (default: all): " + modes)
+    bench.add_argument(
+        "--runner",
+        choices=["ray", "local"],
+        default="ray",
+        help="exploration: the Ray job (default) or the local runner (same seeds and"
+        " selections; exploration sampled in turn, so wall times do not compare)",
+    )
     bench.add_argument(
         "--target-delta", type=float, default=0.15, help="target = initial validation + this"
     )

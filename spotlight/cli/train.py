@@ -166,7 +166,7 @@ def _add_where_flags(train: argparse.ArgumentParser, ray_defaults) -> None:
         choices=["ray", "local"],
         default="ray",
         help="ray: the Serve/Train job (a local Ray unless RAY_ADDRESS is set); "
-        "local: the single-process reference loop",
+        "local: the single-process reference loop (explores too, in turn)",
     )
     train.add_argument(
         "--samplers",

@@ -4,6 +4,12 @@ One iteration: sample G images for each of B prompts, score them, compute group 
 take the GRPO update. All randomness of iteration t (prompts, seeds, trained timesteps) derives
 from (config.seed, t), so a resumed run repeats exactly what an uninterrupted one would do.
 It is the baseline the Ray job is measured against and the engine of the tests.
+
+It explores as the Ray job does (``spotlight.explore.strategy``), one step after the other
+where the Ray job overlaps them: ``critical_path`` samples its candidates before the rollout,
+``spot`` samples the next iteration's candidates on the rollout's weights before the update
+(the Ray job's replicas sample them while the trainer trains). The work items are the Ray job's,
+so with a fixed budget both explore and select the same seeds.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from typing import Any
 import torch
 
 from spotlight.config import Config
+from spotlight.explore.strategy import ExplorationStrategy
 from spotlight.flow.grpo import group_advantages
+from spotlight.flow.item_sampling import item_result
 from spotlight.flow.old_policy import OldPolicy
-from spotlight.flow.sampler import sample
+from spotlight.flow.sampler import Trajectory, sample
 from spotlight.flow.streams import (
     BATCH_STREAM,
     SEED_SPACE,
@@ -29,8 +37,10 @@ from spotlight.flow.update import grpo_update, training_state
 from spotlight.policies.base import Policy
 from spotlight.prompts import word_prompts
 from spotlight.rewards import Reward
+from spotlight.scheduling.work_queue import ItemResult, Pool, WorkItem
 from spotlight.tasks import get_task
 from spotlight.training.evaluate import score_prompts, summarize
+from spotlight.training.rollout import plan_rollout
 
 
 def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
@@ -166,31 +176,69 @@ class ReferenceLoop:
         """DiffusionNFT's EMA sampling policy (``grpo.nft_old_ema``), else None: the policy
         samples with its own weights."""
         self.weights_version = 0
+        self.explore = ExplorationStrategy(cfg)
+        """Exploration's decisions (``exploration.mode``); this loop samples what it plans."""
 
     def sampling_weights(self):
         """Within: the policy holds the weights that sample (the old policy's, with one)."""
         return nullcontext() if self.old_policy is None else self.old_policy.applied(self.policy)
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
-        """Sample, score, update. Returns the iteration's metrics."""
-        cfg = self.cfg
+        """Explore (as configured), sample, score, update. Returns the iteration's metrics."""
+        cfg, group = self.cfg, self.cfg.grpo.group_size
         t0 = time.perf_counter()
         prompts, seeds, init_seeds = iteration_batch(
             cfg, self.train_prompts, iteration, with_init_seeds=True
         )
-        with self.sampling_weights():
-            trajectories = sample(
-                self.policy,
-                prompts,
-                seeds,
-                cfg.sampler,
-                self.weights_version,
-                init_seeds=init_seeds,
-            )
-        images = self.policy.decode(torch.stack([tr.latents for tr in trajectories]))
-        rewards = torch.from_numpy(self.reward(images, prompts))
-        advantages, group_stats = score_groups(rewards, cfg, iteration)
+        selection, extra = self.explore.take()
+        if self.explore.mode == "critical_path":  # explore on these weights, keep the best
+            exp = self.explore.plan(iteration, self.weights_version, *self._groups(iteration))
+            results = self._run_items(exp.work_items(cfg.seed, cfg.sampler.batch_size))
+            selection, extra = self.explore.critical_path_explored(exp, results)
+        plan = plan_rollout(
+            prompts,
+            seeds,
+            group,
+            selection.seeds if selection is not None else None,
+            set(selection.trajectories) if selection is not None else set(),
+            init_seeds,
+        )
+        t_rollout = time.perf_counter()
+        todo = plan.to_sample
+        rolled, rolled_r = [], []
+        if todo:
+            with self.sampling_weights():
+                rolled = sample(
+                    self.policy,
+                    [p for p, _ in todo],
+                    [s for _, s in todo],
+                    cfg.sampler,
+                    self.weights_version,
+                    init_seeds=plan.to_sample_init,
+                )
+            images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
+            rolled_r = [float(r) for r in self.reward(images, [p for p, _ in todo])]
+        rate = len(todo) / (time.perf_counter() - t_rollout) if todo else None
+        reused = {} if selection is None else selection.trajectories
+        trajectories = plan.assemble(
+            rolled, {p: [Trajectory.from_bytes(b) for b in bs] for p, bs in reused.items()}
+        )
+        rewards = plan.assemble(rolled_r, {p: selection.selected_rewards[p] for p in reused})
+        per_prompt = [(p, rewards[b * group : (b + 1) * group]) for b, p in enumerate(plan.prompts)]
+        pools = self.explore.rollout_scored(per_prompt, selection, extra)
+        advantages, group_stats = score_groups(
+            torch.tensor(rewards, dtype=torch.float32), cfg, iteration, pools
+        )
         t1 = time.perf_counter()
+        self.explore.measured(t1 - t0, rate)
+        explored = None
+        if self.explore.explores_next(iteration):  # the Ray job does this during the update
+            explored = self.explore.plan(
+                iteration + 1, self.weights_version, *self._groups(iteration + 1)
+            )
+            results = self._run_items(explored.work_items(cfg.seed, cfg.sampler.batch_size))
+            extra["explore_s"] = time.perf_counter() - t1
+        t_update = time.perf_counter()
         stats = grpo_update(
             self.policy,
             self.optimizer,
@@ -206,9 +254,57 @@ class ReferenceLoop:
             stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, cfg.grpo)
         t2 = time.perf_counter()
         self.weights_version += 1
-        return metrics_row(
-            iteration, self.weights_version, group_stats, len(trajectories), t1 - t0, t2 - t1, stats
+        self.explore.trained(t2 - t_update)
+        if explored is not None:
+            self.explore.spot_explored(explored, results, self.weights_version)
+        row = metrics_row(
+            iteration,
+            self.weights_version,
+            group_stats,
+            len(trajectories),
+            t1 - t0,
+            t2 - t_update,
+            stats,
         )
+        if self.explore.mode != "off":
+            row["exploration"] = self.explore.mode
+        return {**row, **extra}
+
+    def _groups(self, iteration: int) -> tuple[list[str], list[int] | None]:
+        """Iteration ``iteration``'s prompts, one per group, and the initial-noise seed each
+        group shares (None without ``sampler.group_init_noise``)."""
+        prompts, _, init = iteration_batch(self.cfg, self.train_prompts, iteration, True)
+        group = self.cfg.grpo.group_size
+        return prompts[::group], init[::group] if init is not None else None
+
+    def _run_items(self, items: list[WorkItem]) -> dict[str, ItemResult]:
+        """Sample and score exploration's work items here, one after the other, each with the
+        sampling weights (they are the items' version: the loop explores on current weights)."""
+        out = {}
+        for item in items:
+            t0 = time.perf_counter()
+            init = list(item.init_seeds) if item.init_seeds is not None else None
+            with self.sampling_weights():
+                trajs = sample(
+                    self.policy,
+                    list(item.prompts),
+                    list(item.seeds),
+                    self.cfg.sampler,
+                    item.weights_version,
+                    init_seeds=init,
+                )
+            images = self.policy.decode(torch.stack([tr.latents for tr in trajs]))
+            rewards = self.reward(images, list(item.prompts))
+            out[item.item_id] = item_result(
+                item,
+                trajs,
+                rewards,
+                worker_id="local",
+                pool=Pool.ON_DEMAND,
+                busy_s=time.perf_counter() - t0,
+                resumed_from_step=0,
+            )
+        return out
 
     def evaluate(self) -> float:
         """Mean reward on the validation prompts with fixed seeds 0..num_val_seeds-1, sampled

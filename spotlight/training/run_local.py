@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,6 +18,7 @@ from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
 from spotlight.training.loop import ReferenceLoop, stop_reason, validate_now
 from spotlight.training.run_folder import (
+    BANDIT_FILE,
     CKPT_DIR,
     INITIAL_VAL,
     METRICS,
@@ -54,12 +56,6 @@ def run_local(
     With ``resume`` the run continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
-    if cfg.exploration.mode != "off":
-        raise ValueError(
-            f"exploration.mode={cfg.exploration.mode} needs the Ray runner (it explores on"
-            " sampler replicas while the trainer trains); the reference loop samples random"
-            " seeds: add --set exploration.mode=off, or use --runner ray"
-        )
     preflight_run(cfg, out_dir, resume)
     loop = ReferenceLoop(
         cfg, make_policy(cfg.policy, device), build_reward(cfg.reward, cfg.reward_model)
@@ -133,6 +129,9 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
         "recipe": cfg.recipe,
         "policy_sha256": sha256(ckpt / "policy.safetensors"),
     }
+    if loop.explore.mode != "off":  # as the Ray job keeps them
+        state["next_selection"] = loop.explore.state()
+        write_json(out_dir / BANDIT_FILE, {"planner": loop.explore.planner.to_dict()})
     if loop.old_policy is not None:
         write_old_policy(ckpt, loop.old_policy.to_bytes(), state)
     write_json(ckpt / "state.json", state)
@@ -145,4 +144,7 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     load_old_policy(loop.old_policy, read_old_policy(out_dir, state), f"--resume {out_dir}")
     loop.weights_version = state["weights_version"]
+    loop.explore.load_state(state.get("next_selection"))
+    if (out_dir / BANDIT_FILE).exists():
+        loop.explore.planner.load(json.loads((out_dir / BANDIT_FILE).read_text()).get("planner"))
     return state["iterations_done"]

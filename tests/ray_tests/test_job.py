@@ -326,3 +326,39 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert not old.matches(ref.policy)  # the EMA mixed: the sampling policy is not the trained
 
+
+def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_ray, tmp_path):
+    """With a fixed budget, spot exploration is the same decisions on both runners: the same
+    candidates on the same weights, the same selected seeds, so the same training."""
+    from spotlight.config import ExplorationConfig
+    from spotlight.job.run import run_ray
+    from spotlight.training.run_local import run_local
+
+    explore = ExplorationConfig(mode="spot", budget_seeds=16, max_candidates=8)
+    cfg = smoke(iterations=3, exploration=explore)
+    run_ray(cfg, tmp_path / "ray", opts=ray_options(sampler_idle_priority=False))
+    torch.set_num_threads(1)
+    run_local(cfg, tmp_path / "local")
+    ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
+    assert [r.get("seeds_explored") for r in ray_rows] == [None, 16, 16]
+    for got, want in zip(ray_rows, local_rows, strict=True):
+        for key in ("explore_prompts", "explore_fallback_prompts", "seeds_explored"):
+            assert got.get(key) == want.get(key), key
+        for key in (
+            "explored_selected_group_std",
+            "explored_random_group_std",
+            "train_reward_mean",
+            "group_reward_std_mean",
+        ):
+            assert got.get(key) == pytest.approx(want.get(key), abs=1e-6), key
+    ray_w = load_file(str(tmp_path / "ray" / "checkpoint" / "policy.safetensors"))
+    local_w = load_file(str(tmp_path / "local" / "checkpoint" / "policy.safetensors"))
+    for k, v in local_w.items():
+        torch.testing.assert_close(ray_w[k], v, atol=1e-6, rtol=1e-5)
+    planners = [
+        json.loads((tmp_path / d / "bandit_state.json").read_text()) for d in ("ray", "local")
+    ]
+    got, want = (p["planner"]["arms"] for p in planners)
+    assert got.keys() == want.keys() and got
+    for k in want:
+        assert got[k] == pytest.approx(want[k], abs=1e-6)

@@ -158,3 +158,21 @@ def test_a_record_with_repository_relative_paths_is_the_same_config(tmp_path):
     record["config"] = repo_relative(record["config"])  # as a report writes it
     assert record["config"]["policy"]["checkpoint"] == "spotlight/assets/ocr-mini.safetensors"
     assert finished_runs(tmp_path, configs, {"off-seed0": record}) == {"off": [record]}
+
+
+def test_the_bench_runs_its_modes_with_the_local_runner(tmp_path):
+    from spotlight.cli import main
+
+    args = [
+        "bench", "exploration", "--runner", "local", "--out", str(tmp_path), "--recipe",
+        "tiny-smoke", "--iterations", "2", "--val-every", "1", "--seeds", "0", "--modes", "off",
+        "spot", "--target-delta", "0.0", "--budget-seeds", "8", "--set", "num_val_seeds=1",
+    ]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "exploration.json").read_text())
+    assert doc["runner"] == "local" and set(doc["modes"]) == {"off", "spot"}
+    rows = [json.loads(x) for x in (tmp_path / "runs/spot-seed0/metrics.jsonl").open()]
+    assert rows[1]["seeds_explored"] == 8 and rows[1]["explore_weights_version"] == 0
+    assert "seeds_explored" not in json.loads(
+        (tmp_path / "runs/off-seed0/metrics.jsonl").open().readline()
+    )

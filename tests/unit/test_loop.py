@@ -204,16 +204,68 @@ def test_the_local_loop_shares_initial_noise_within_groups_when_asked(monkeypatc
     assert len({t.seed for t in trajs}) == len(trajs)  # the step noise stays per sample
 
 
-def test_the_local_runner_refuses_an_exploration_mode_it_cannot_run(tmp_path, capsys):
-    args = ["train", "--recipe", "tiny-smoke", "--runner", "local", "--iterations", "0"]
-    assert main([*args, "--out", str(tmp_path / "off")]) == 0
-    assert "exploration" not in capsys.readouterr().err
-    spot = ["--set", "exploration.mode=spot", "--out", str(tmp_path / "spot")]
-    assert main([*args, *spot]) == 2
-    err = capsys.readouterr().err
-    assert "exploration.mode=spot needs the Ray runner" in err
-    assert "--set exploration.mode=off" in err
-    assert not (tmp_path / "spot").exists()  # refused before anything is written
+def _explore(cfg: Config, **x) -> Config:
+    from spotlight.config import ExplorationConfig
+
+    return dataclasses.replace(cfg, exploration=ExplorationConfig(**{"max_candidates": 8, **x}))
+
+
+def _rows(out):
+    return [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_local_runner_explores_the_next_prompts_before_the_update(tmp_path):
+    cfg = _explore(FAST, mode="spot", budget_seeds=16)
+    run_local(cfg, tmp_path / "spot")
+    rows = _rows(tmp_path / "spot")
+    assert "explore_prompts" not in rows[0]  # nothing was explored before the first update
+    for r in rows[1:]:
+        assert r["exploration"] == "spot" and r["explore_prompts"] == 2
+        assert r["seeds_explored"] == 16 and r["explore_budget_used"] == 16
+        assert r["explore_weights_version"] == r["weights_version"] - 2  # one version stale
+        assert r["explored_selected_group_std"] >= r["explored_random_group_std"] - 1e-12
+        assert "rank_spearman_stale_fresh" in r
+    assert all(r["explore_s"] > 0 for r in rows[:-1]) and "explore_s" not in rows[-1]
+    planner = json.loads((tmp_path / "spot" / "bandit_state.json").read_text())["planner"]
+    assert planner["arms"]  # the planner learned and kept its statistics, as the Ray job's
+
+
+def test_the_local_critical_path_trains_on_the_selected_samples(tmp_path):
+    cfg = _explore(dataclasses.replace(FAST, num_iterations=1), mode="critical_path", uniform=True)
+    run_local(cfg, tmp_path / "cp")
+    (row,) = _rows(tmp_path / "cp")
+    assert row["explore_prompts"] == 2 and row["seeds_explored"] == 16
+    # The trained groups are the selected samples themselves (same weights).
+    assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
+
+
+def test_an_exploring_local_run_resumes_with_the_seeds_it_had_explored(tmp_path, monkeypatch):
+    from spotlight.training.loop import ReferenceLoop
+
+    cfg = _explore(FAST, mode="spot", budget_seeds=16)
+    run_local(cfg, tmp_path / "straight")
+    original = ReferenceLoop.run_iteration
+
+    def crash_at_2(self, iteration):
+        if iteration == 2:
+            raise RuntimeError("the machine went away")
+        return original(self, iteration)
+
+    monkeypatch.setattr(ReferenceLoop, "run_iteration", crash_at_2)
+    with pytest.raises(RuntimeError, match="went away"):
+        run_local(cfg, tmp_path / "split")
+    state = json.loads((tmp_path / "split" / "checkpoint" / "state.json").read_text())
+    assert state["iterations_done"] == 2 and state["next_selection"]["seeds"]
+    monkeypatch.setattr(ReferenceLoop, "run_iteration", original)
+    run_local(cfg, tmp_path / "split", resume=True)
+    keys = ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std")
+    for a, b in zip(_rows(tmp_path / "straight"), _rows(tmp_path / "split"), strict=True):
+        assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
+    from safetensors.torch import load_file
+
+    wa = load_file(str(tmp_path / "straight/checkpoint/policy.safetensors"))
+    wb = load_file(str(tmp_path / "split/checkpoint/policy.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_validate_now_and_stop_reason():
