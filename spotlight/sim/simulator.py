@@ -28,17 +28,19 @@ run in on-demand systems, a colocated system's GPUs once, fallback GPUs while la
 busy GPU-seconds (sampling and training work). Work redone after preemptions without notice is
 counted separately.
 
-Inputs and what is measured versus modelled: :mod:`spotlight.sim.sim_model`.
+Inputs and what is measured versus modelled: :mod:`spotlight.sim.sim_model`. The cluster
+(events, nodes, SP groups, preemptions, held GPU time) is :mod:`spotlight.sim.sim_cluster`,
+sampling work items through the queue :mod:`spotlight.sim.sim_sampling`; this module holds a
+run's state and the systems' iterations (:meth:`Simulation.run`) with what they learn.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import random
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -50,57 +52,17 @@ from spotlight.scheduling.costs import Ledger, PriceTable
 from spotlight.scheduling.traces import CapacityTrace
 from spotlight.scheduling.work_queue import (
     KIND_PRIORITY,
-    ItemCheckpoint,
-    ItemResult,
     Kind,
     Pool,
     SpillPolicy,
     WorkItem,
     WorkQueue,
 )
+from spotlight.sim.sim_cluster import Group, Node
 from spotlight.sim.sim_model import EVALS, LearningModel, Scenario, StepCosts, System
 from spotlight.sim.sim_rewards import PopulationDraws, Rewards, pstdev
+from spotlight.sim.sim_sampling import QueueSampling
 from spotlight.sp.sp_groups import form_groups
-
-SUBMIT_CHUNK = 8
-"""Items a phase submits to the queue at a time, where it may hold them back (``_submit``)."""
-
-
-@dataclass
-class _Group:
-    gid: int
-    size: int
-    pool: str
-    ready_at: float
-    item: WorkItem | None = None
-    started: float = 0.0
-    start_step: int = 0
-    step_s: float = 0.0
-    version: int = -1
-    queue: list[WorkItem] = field(default_factory=list)
-    """Push dispatch: the items assigned to this group."""
-    trainer: bool = False
-    """Trainer GPUs sampling the rollout (``System.trainer_samples``): held anyway (not counted
-    again), pull rollout items without waiting, never preempted."""
-    node: int | None = None
-    """The spot node the group runs on (None: on-demand)."""
-
-
-@dataclass
-class _Node:
-    """A spot instance of ``Scenario.gpus_per_node`` GPUs: the unit the traces count, and what a
-    preemption takes (all its GPUs at once, with one notice or none)."""
-
-    nid: int
-    gpus: int
-    ready: bool = False
-    """False while its replicas start (``replica_start_s``)."""
-    free: int = 0
-    """Ready GPUs in no group."""
-    gids: set[int] = field(default_factory=set)
-    """Its SP groups (formed within the node)."""
-    leaving: bool = False
-    """Got a notice: its groups are broken, it is held until it goes."""
 
 
 @dataclass
@@ -189,7 +151,7 @@ class EmpiricalRewards(PopulationDraws):
         return [rng.choice(pool) for _ in range(n)]
 
 
-class Simulation:
+class Simulation(QueueSampling):
     """One system on one scenario and trace (see the module docstring)."""
 
     def __init__(
@@ -222,11 +184,11 @@ class Simulation:
         self.t = 0.0
         self._seq = count()
         self._events: list[tuple[float, int, str, Any]] = []
-        self.groups: dict[int, _Group] = {}
+        self.groups: dict[int, Group] = {}
         self._idle: set[int] = set()  # groups without an item (ready or not)
         self._od_held: int | None = None  # on-demand GPUs held now (None: count again)
         self._gid = count()
-        self.nodes: dict[int, _Node] = {}  # spot nodes held (starting, up or leaving)
+        self.nodes: dict[int, Node] = {}  # spot nodes held (starting, up or leaving)
         self._nid = count()
         self.version = 0
         self.preemptions = 0
@@ -273,460 +235,6 @@ class Simulation:
             if trace is None:
                 raise ValueError("a spot system needs a capacity trace")
             self._schedule_trace(trace.scaled(scenario.spot_nodes))
-
-    # -- Events and time -----------------------------------------------------------------
-    def _push(self, at: float, kind: str, payload: Any = None) -> None:
-        heapq.heappush(self._events, (at, next(self._seq), kind, payload))
-
-    def _schedule_trace(self, trace: CapacityTrace) -> None:
-        """Capacity changes for ``max_hours``, the trace (in nodes) looped, from where it first
-        has capacity. Each lost node gets a notice ``notice_s`` earlier, except a ``hard_share``
-        of them."""
-        start = next((t for t, c in zip(trace.times_s, trace.counts, strict=True) if c > 0), 0.0)
-        w = trace.window(start) if start < trace.duration_s else trace
-        w = w.rotated(self.trace_offset_s)
-        horizon = self.sc.max_hours * 3600 + 1
-        offset, previous = 0.0, 0
-        while offset < horizon:
-            for t, c in zip(w.times_s, w.counts, strict=True):
-                at = offset + t
-                if at >= horizon:
-                    break
-                for _ in range(c - previous):
-                    self._push(at, "node_added")
-                for _ in range(previous - c):
-                    if self.rng.random() < self.oh.hard_share:
-                        self._push(at, "kill")
-                    else:
-                        self._push(max(0.0, at - self.oh.notice_s), "notice", at)
-                previous = c
-            offset += max(w.duration_s, 1.0)
-
-    def _advance(self, to: float) -> None:
-        """Account held GPUs from ``self.t`` to ``to``."""
-        dt = to - self.t
-        if dt < 0:
-            raise AssertionError(f"time going backwards: {self.t} -> {to}")
-        self.ledger.hold(Pool.SPOT, self.spot_capacity, dt)
-        if self._od_held is None:  # recounted after the groups change
-            od = 0 if self.colocated else self.trainer_gpus  # colocated: the groups train too
-            od += sum(
-                g.size for g in self.groups.values() if g.pool == Pool.ON_DEMAND and not g.trainer
-            )
-            self._od_held = od
-        self.ledger.hold(Pool.ON_DEMAND, self._od_held, dt)
-        self.t = to
-
-    # -- Groups --------------------------------------------------------------------------
-    def _add_group(self, size: int, pool: str, ready_at: float) -> _Group:
-        g = _Group(next(self._gid), size, pool, ready_at)
-        self.groups[g.gid] = g
-        self._idle.add(g.gid)
-        self._od_held = None
-        if ready_at > self.t:
-            self._push(ready_at, "group_ready", g.gid)
-        return g
-
-    def _group_gone(self, gid: int) -> None:
-        self._idle.discard(gid)
-        self._od_held = None
-
-    def _form_groups(self, node: _Node, delay: float) -> None:
-        """Form SP groups from ``node``'s free GPUs (ready after ``delay``)."""
-        for size in form_groups(node.free, self.sc.sp_degree, self.sc.valid_degrees):
-            node.free -= size
-            g = self._add_group(size, Pool.SPOT, self.t + delay)
-            g.node = node.nid
-            node.gids.add(g.gid)
-
-    def _step_s(self, g: _Group) -> float:
-        eff = self.sc.sp_efficiency.get(g.size, 1.0)
-        return self.sc.batch_size * self.costs.sample_step_s / (g.size * eff)
-
-    def _victim(self) -> _Node | None:
-        """A random held spot node that has no notice yet (starting or up)."""
-        held = [n for n in self.nodes.values() if not n.leaving]
-        return held[self.rng.randrange(len(held))] if held else None
-
-    def _take_out(self, node: _Node, notice: bool) -> None:
-        """``node`` is out of use: each of its groups loses its GPUs, its item committed
-        (notice) or interrupted (kill)."""
-        for gid in sorted(node.gids):
-            self._break(self.groups[gid], notice)
-        node.gids.clear()
-        node.free = 0
-
-    def _on_notice(self, gone_at: float) -> None:
-        node = self._victim()
-        if node is None:  # the node that goes is not up yet: it goes without a usable notice
-            self._push(gone_at, "kill")
-            return
-        self._take_out(node, notice=True)
-        node.leaving = True
-        self.notices += 1
-        self._push(gone_at, "gone", node.nid)
-
-    def _on_kill(self) -> None:
-        node = self._victim()
-        if node is not None:
-            self._take_out(node, notice=False)
-            self._lose(node)
-
-    def _lose(self, node: _Node) -> None:
-        del self.nodes[node.nid]
-        self.spot_capacity -= node.gpus
-        self.preemptions += 1
-        self.preemption_times.append(self.t)
-
-    def _break(self, g: _Group, notice: bool) -> None:
-        """Group ``g``'s node is preempted: its item is committed (notice) or interrupted
-        (kill)."""
-        del self.groups[g.gid]
-        self._group_gone(g.gid)
-        if g.item is not None and g.started <= self.t:
-            self._interrupt(g, notice)
-        elif g.item is not None or g.queue:  # not started yet (weights loading) / push list
-            self._give_back(g, [g.item] if g.item else [], notice)
-
-    def _give_back(self, g: _Group, in_hand: list[WorkItem], notice: bool) -> None:
-        if self.sys.dispatch == "push":
-            self._orphans.extend(in_hand + g.queue)
-            self._push(self.t + self.oh.push_detect_s, "repush")
-        elif notice:
-            self.queue.release(f"g{g.gid}", now=self.t, notice=True)
-            self._pending_changed()
-        else:
-            self._push(self.t + self.oh.lease_s, "lease_expired", f"g{g.gid}")
-
-    def _interrupt(self, g: _Group, notice: bool) -> None:
-        item = g.item
-        assert item is not None
-        done_s = self.t - g.started
-        steps = min(self.sc.num_steps - 1, g.start_step + int(done_s / g.step_s))
-        self.ledger.busy(Pool.SPOT, done_s * g.size)
-        if self.sys.dispatch == "push":  # no commits: the item starts over elsewhere
-            self.redone_gpu_s += done_s * g.size
-            self._give_back(g, [item], notice)
-            return
-        if notice:  # the step in progress is finished and committed (notice >> a step)
-            kept = min(self.sc.num_steps - 1, steps + 1)
-            self.queue.commit(item.item_id, f"g{g.gid}", self._ck(item, kept), self.t)
-        else:  # the last commit, every commit_every steps, survives
-            k = self.sc.commit_every
-            kept = max(g.start_step, (steps // k) * k) if k else g.start_step
-            self.redone_gpu_s += max(0.0, done_s - (kept - g.start_step) * g.step_s) * g.size
-            if kept > g.start_step:
-                self.queue.commit(item.item_id, f"g{g.gid}", self._ck(item, kept), self.t)
-        self._give_back(g, [item], notice)
-
-    def _ck(self, item: WorkItem, step: int) -> ItemCheckpoint:
-        return ItemCheckpoint(step, tuple(b"" for _ in item.seeds))
-
-    # -- Sampling ------------------------------------------------------------------------
-    def _dispatch(self) -> None:
-        """Idle groups that are ready take work, in the groups' order (gid order)."""
-        if not self._idle:
-            return
-        idle = [self.groups[gid] for gid in sorted(self._idle)]
-        push = self.sys.dispatch == "push"
-        if not push and not any(self._takeable_now()):
-            # no pull can take anything: only the spot workers' sign of life (see _pull)
-            for g in idle:
-                if g.ready_at <= self.t and (g.trainer or g.pool == Pool.SPOT):
-                    self._spot_poll = (g.gid, self.t)
-            return
-        for g in idle:
-            if g.item is not None or g.ready_at > self.t:
-                continue
-            if push:
-                if not g.queue:
-                    continue
-                item = g.queue.pop(0)
-                start_step = 0
-            else:
-                # trainer GPUs take rollout items as spot replicas do (no spill wait)
-                pool = Pool.SPOT if g.trainer else g.pool
-                got = self._pull(g.gid, pool)
-                if not got:
-                    continue
-                item = got[0]
-                start_step = item.resume.step if item.resume else 0
-            g.item, g.start_step = item, start_step
-            self._idle.discard(g.gid)
-            load = self.oh.weights_broadcast_s if g.version != item.weights_version else 0.0
-            g.version = item.weights_version
-            g.step_s = self._step_s(g)
-            g.started = self.t + load
-            self._push(
-                g.started + (self.sc.num_steps - start_step) * g.step_s,
-                "done",
-                (g.gid, item.item_id),
-            )
-
-    def _pull(self, gid: int, pool: str) -> list[WorkItem]:
-        """``WorkQueue.pull`` of one item for group ``gid``, skipped where it would find nothing.
-
-        Idle groups poll after every event; most polls find nothing pending, or nothing an
-        on-demand worker may ever take (exploration). The simulator keeps the queue's pending
-        items by kind (:meth:`_pending_by_kind`) and skips those pulls. A pull that takes
-        nothing changes one thing the simulation reads later: a spot worker's pull is its sign
-        of life (the spill rule measures how long spot workers have been absent), so the last
-        skipped spot pull is replayed (taking nothing, at its own time) before the next
-        on-demand pull that runs. The queue's answers are those of pulling every time."""
-        if not self._takeable_now()[pool != Pool.SPOT]:
-            if pool == Pool.SPOT:
-                self._spot_poll = (gid, self.t)
-            return []
-        if pool == Pool.SPOT:
-            self._spot_poll = None  # this pull is later
-        elif self._spot_poll is not None:
-            self.queue.pull(f"g{self._spot_poll[0]}", 0, self._spot_poll[1], pool=Pool.SPOT)
-            self._spot_poll = None
-        got = self.queue.pull(f"g{gid}", 1, self.t, pool=pool)
-        if got:
-            pending = self._pending_by_kind()
-            for item in got:
-                pending[item.kind] -= 1
-                self._fresh.discard(item.item_id)
-            self._takeable = None
-        return got
-
-    def _takeable_now(self) -> tuple[bool, bool]:
-        """(whether a spot pull, an on-demand one could take something now), after topping up
-        the held-back items."""
-        if self._held:
-            self._top_up()
-        if self._takeable is None:
-            pending = self._pending_by_kind()
-            self._takeable = (
-                any(pending.values()),
-                any(pending[k] for k in self._on_demand_kinds),
-            )
-        return self._takeable
-
-    def _pending_by_kind(self) -> dict[str, int]:
-        """The queue's pending items by kind (asked again after a release or a drop)."""
-        if self._pending is None:
-            self._pending = dict(self.queue.stats()["pending_by_kind"])
-        return self._pending
-
-    def _pending_changed(self) -> None:
-        """Items were released or dropped: ask the queue what is pending."""
-        self._pending = self._takeable = None
-
-    def _submit(self, items: list[WorkItem]) -> None:
-        """Queue a phase's items, ``SUBMIT_CHUNK`` at a time as pulls need them (:meth:`_top_up`):
-        the queue then sorts a few pending items per pull, not the phase's hundreds. Every
-        chunk is submitted at the phase's start time (the spill rule's wait counts from there)
-        and the queue serves items in submission order, so every pull gets what it would get
-        had the whole phase been submitted at once."""
-        self._held = list(reversed(items))
-        self._held_since = self.t
-        self._fresh = set()
-        self._top_up()
-
-    def _top_up(self) -> None:
-        """Submit the next held-back items when none submitted is still unpulled (an item back
-        from a released lease does not count: a pull may refuse it and take a fresh one)."""
-        if self._held and not self._fresh:
-            chunk = [self._held.pop() for _ in range(min(SUBMIT_CHUNK, len(self._held)))]
-            self._submit_now(chunk, self._held_since)
-            self._fresh.update(it.item_id for it in chunk)
-
-    def _submit_now(self, items: list[WorkItem], now: float) -> None:
-        added = self.queue.submit(items, now=now)
-        if added == len(items) and self._pending is not None:
-            for item in items:
-                self._pending[item.kind] += 1
-            self._takeable = None
-        else:
-            self._pending_changed()
-
-    def _sample(self, items: list[WorkItem], deadline: float | None = None) -> set[str]:
-        """Run until every item is done (or ``deadline``); returns the ids done."""
-        ids = {it.item_id for it in items}
-        done: set[str] = set()
-        if items:
-            if self.sys.dispatch == "push":
-                # round robin over the groups there are (exploration: spot groups only)
-                eligible = [
-                    g
-                    for g in self.groups.values()
-                    if g.pool == Pool.SPOT or items[0].kind != Kind.EXPLORE
-                ]
-                ready = [g for g in eligible if g.ready_at <= self.t] or eligible
-                for k, it in enumerate(items):
-                    if ready:
-                        ready[k % len(ready)].queue.append(it)
-                    else:
-                        self._orphans.append(it)
-                if not ready:
-                    self._push(self.t + self.oh.push_detect_s, "repush")
-            else:
-                self._submit(items)
-        rollout = any(it.kind == Kind.ROLLOUT for it in items)
-        spill_check = self.sys.samplers == Pool.SPOT and rollout
-        if spill_check:
-            self._push(self.t + self.oh.spill_wait_s, "spill_check")
-        self._dispatch()
-        waiting = set(ids)  # ids - done
-        while waiting:
-            if not self._events:
-                if deadline is not None:  # nothing will happen: idle to it, below
-                    break
-                raise RuntimeError("simulation stalled: work left but nothing can happen")
-            at, _, kind, payload = self._events[0]
-            if deadline is not None and at > deadline:
-                break
-            heapq.heappop(self._events)
-            self._advance(at)
-            if kind == "done":
-                gid, item_id = payload
-                g = self.groups.get(gid)
-                if g is None or g.item is None or g.item.item_id != item_id:
-                    continue  # the group was broken meanwhile
-                self.ledger.busy(g.pool, (self.t - g.started) * g.size)
-                g.item = None
-                self._idle.add(gid)
-                if self.sys.dispatch == "push" or self.queue.complete(
-                    ItemResult(item_id, f"g{gid}", g.pool, [])
-                ):
-                    done.add(item_id)
-                    waiting.discard(item_id)
-            else:
-                self._handle(kind, payload, spill_check and bool(waiting))
-            self._dispatch()
-        if deadline is not None and self.t < deadline:
-            self._idle_until(deadline)
-        self._held, self._fresh = [], set()  # all done, or withdrawn (some never submitted)
-        if deadline is not None:  # withdraw what is left (exploration)
-            left = list(ids - done)
-            if left:
-                self.queue.drop(left)
-                self._pending_changed()
-            for g in self.groups.values():
-                if g.item is not None and g.item.item_id in ids:
-                    self.ledger.busy(g.pool, max(0.0, self.t - g.started) * g.size)
-                    g.item = None
-                    self._idle.add(g.gid)
-                g.queue = [it for it in g.queue if it.item_id not in ids]
-            self._orphans = [it for it in self._orphans if it.item_id not in ids]
-        self._release_fallback()
-        return done
-
-    def _idle_until(self, until: float) -> None:
-        while self._events and self._events[0][0] <= until:
-            at, _, kind, payload = heapq.heappop(self._events)
-            self._advance(at)
-            if kind != "done":
-                self._handle(kind, payload, False)
-        self._advance(until)
-
-    def _handle(self, kind: str, payload: Any, rollout_waiting: bool) -> None:
-        if kind == "node_added":
-            node = _Node(next(self._nid), self.sc.node_gpus)
-            self.nodes[node.nid] = node
-            self.spot_capacity += node.gpus
-            self._push(self.t + self.oh.replica_start_s, "node_ready", node.nid)
-        elif kind == "node_ready":
-            node = self.nodes.get(payload)
-            if node is not None and not node.leaving:  # (else preempted while starting)
-                node.ready, node.free = True, node.gpus
-                self._form_groups(node, 0.0)
-        elif kind == "notice":
-            self._on_notice(payload)
-        elif kind == "gone":
-            self._lose(self.nodes[payload])
-        elif kind == "kill":
-            self._on_kill()
-        elif kind == "lease_expired":
-            self.leases_expired += self.queue.release(payload, now=self.t)
-            self._pending_changed()
-        elif kind == "group_ready":
-            pass  # nothing to change: the dispatch after every event gives it work
-        elif kind == "repush":
-            ready = [g for g in self.groups.values() if g.ready_at <= self.t]
-            spot = [g for g in ready if g.pool == Pool.SPOT]
-            left = []
-            for k, it in enumerate(self._orphans):
-                to = spot if it.kind == Kind.EXPLORE else ready  # exploration stays on spot
-                if to:
-                    to[k % len(to)].queue.append(it)
-                else:
-                    left.append(it)
-            self._orphans = left
-            if left:
-                self._push(self.t + self.oh.push_detect_s, "repush")
-        elif kind == "spill_check":
-            if rollout_waiting and not self._fallback and self.sc.fallback_gpus > 0:
-                spot_ready = [
-                    g for g in self.groups.values() if g.pool == Pool.SPOT and g.ready_at <= self.t
-                ]
-                if not spot_ready:
-                    self.spill_launches += 1
-                    for size in form_groups(
-                        self.sc.fallback_gpus, self.sc.sp_degree, self.sc.valid_degrees
-                    ):
-                        g = self._add_group(size, Pool.ON_DEMAND, self.t + self.oh.replica_start_s)
-                        self._fallback.append(g.gid)
-            if rollout_waiting:  # look again (at least a second later)
-                self._push(self.t + max(1.0, self.oh.spill_wait_s), "spill_check")
-        else:
-            raise AssertionError(f"unknown event {kind}")
-
-    def _release_fallback(self) -> None:
-        """At a phase's end, give the fallback GPUs back once spot replicas are up again (the
-        job's Serve autoscaling keeps replicas a while after their work: here, until spot
-        capacity returns)."""
-        if not self._fallback:
-            return
-        if not any(g.pool == Pool.SPOT and g.ready_at <= self.t for g in self.groups.values()):
-            return
-        for gid in self._fallback:
-            g = self.groups.pop(gid, None)
-            self._group_gone(gid)
-            if g is not None and g.item is not None:
-                raise AssertionError("fallback group released with an item in hand")
-        self._fallback = []
-
-    def _samplers_rate(self) -> float:
-        """Samples/s the sampler groups up now can do (the controller's estimate with
-        ``trainer_samples``: the replicas' per-item rate times their number)."""
-        sc = self.sc
-        return sum(
-            sc.batch_size / (sc.num_steps * self._step_s(g))
-            for g in self.groups.values()
-            if not g.trainer and g.ready_at <= self.t
-        )
-
-    def _trainer_joins(self) -> list[int]:
-        """``System.trainer_samples``: the trainer GPUs form sampling groups for the rollout."""
-        if not self.sys.trainer_samples or self.sys.pipeline != "separate":
-            return []
-        gids = []
-        for size in form_groups(self.trainer_gpus, self.sc.sp_degree, self.sc.valid_degrees):
-            g = self._add_group(size, Pool.ON_DEMAND, self.t)
-            g.trainer, g.version = True, self.version  # they hold the fresh weights
-            self._od_held = None
-            gids.append(g.gid)
-        return gids
-
-    def _trainer_leaves(self, gids: list[int]) -> None:
-        """The rollout is done: the trainer GPUs go back to training (they hold no item: the
-        rollout's items are all done)."""
-        for gid in gids:
-            g = self.groups.pop(gid)
-            self._group_gone(gid)
-            if g.item is not None:
-                raise AssertionError("trainer group left the rollout with an item in hand")
-
-    def _items(self, kind: str, it: int, samples: int) -> list[WorkItem]:
-        n = self.sc.batch_size
-        prompts, seeds = ("p",) * n, tuple(range(n))
-        return [
-            WorkItem(f"{kind}-{it}-{k}", kind, it, self.version, prompts, seeds)
-            for k in range(math.ceil(samples / n))
-        ]
 
     # -- One run -------------------------------------------------------------------------
     def run(self) -> RunResult:
