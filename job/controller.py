@@ -64,7 +64,10 @@ def run_id_of(out_dir: Path, cfg: Config) -> str:
 
 
 class Controller:
-    """State of one driver process (see the module docstring)."""
+    """State of one driver process (see the module docstring); the run driver's backend
+    (:class:`spotlight.training.driver.Backend`)."""
+
+    where = " on Ray"
 
     def __init__(
         self,
@@ -389,12 +392,46 @@ class Controller:
             initial = (*initial, old)
         return state["iterations_done"], state["weights_version"], initial
 
-    def stop_trainer(self, next_it: int) -> None:
+    def figures(self) -> dict[str, Any]:
+        """Added to every metrics row: cost so far, fault counters, queue depth, replicas."""
+        self.queue.tick()
+        return {
+            **self.ledger.snapshot(),
+            **self.fault_counters(),
+            "queue_depth": self.queue.stats["pending"],
+            "replicas": self.queue.stats["workers_by_pool"],
+        }
+
+    def stopped(self, next_it: int) -> None:
         """End the trainer's loop early (the run stopped after ``next_it - 1`` iterations):
         the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
         if next_it < self.cfg.num_iterations:  # else its loop ends by itself
             protocol.post_stop(self.queue, next_it)
 
-    def finish(self) -> None:
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Wait for the trainer's end; the summary gets the cost, the fault counters and where
+        it ran; ``reward.png`` and ``report.png``."""
+        import dataclasses
+
+        from spotlight.plots import plot_report, plot_rewards
+        from spotlight.training.run_folder import METRICS, read_rows
+
+        self.join()
+        rows = read_rows(self.out_dir / METRICS)
+        summary.update(self.ledger.snapshot())
+        summary.update(
+            runner="ray",
+            weights_version=rows[-1]["weights_version"] if rows else None,
+            **self.fault_counters(),
+            num_samplers=self.opts.num_samplers,
+            num_train_workers=self.opts.num_train_workers,
+            prices=dataclasses.asdict(self.opts.prices),
+        )
+        name, recipe = self.out_dir.name, self.cfg.recipe
+        plot_rewards(self.out_dir, title=f"{recipe}: {name}")
+        plot_report(self.out_dir, title=f"{recipe} on Ray: {name}")
+
+    def join(self) -> None:
+        """Wait for the trainer's loop to end."""
         if self.queue is not None and self.queue.trainer is not None:
             self.queue.trainer.join()

@@ -1,17 +1,16 @@
 """``run_ray``: a run on Ray, from the run folder's checks to its summary.
 
-It joins (or starts) Ray, makes the :class:`~spotlight.job.controller.Controller`, scores the
-validation prompts before training, then runs the iterations: each one's metrics row goes to
-``metrics.jsonl`` and W&B, then the checkpoint (the commit) is written, and the validation runs
-when due. A run stops at ``num_iterations``, at its target or at its wall-time cap; the Serve app
-and the detached actors are cleaned up at the end (``keep_cluster_state`` keeps them).
+It joins (or starts) Ray, checks the capacity and the storage, starts the
+:class:`~spotlight.job.controller.Controller` and hands it to the run driver
+(:func:`spotlight.training.driver.drive`, the local runner's too): the validation before
+training, the iterations with their validations, stop rules, metrics rows (also to W&B) and
+checkpoints, the summary. The Serve app and the detached actors are cleaned up at the end
+(``keep_cluster_state`` keeps them).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,25 +21,8 @@ from spotlight.job.controller import Controller
 from spotlight.job.options import OPTIONS_FILE, RayOptions
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.job.ray_logs import RayLogRoute
-from spotlight.training.loop import stop_reason, validate_now
-from spotlight.training.run_folder import (
-    CKPT_DIR,
-    INITIAL_VAL,
-    METRICS,
-    STATUS_EVERY,
-    SUMMARY,
-    append_row,
-    initial_val_reward,
-    last_wall_s,
-    preflight_run,
-    progress_line,
-    read_rows,
-    status_line,
-    stop_line,
-    summarize,
-    truncate_metrics,
-    write_json,
-)
+from spotlight.training.driver import drive, open_run_folder
+from spotlight.training.run_folder import preflight_run, write_json
 
 
 def run_ray(
@@ -59,14 +41,7 @@ def run_ray(
     opts.validate()
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        if (out_dir / CKPT_DIR / "state.json").exists():
-            raise ValueError(
-                f"{out_dir} already holds a run; pass --resume {out_dir} to continue"
-                " it or choose another --out"
-            )
-        write_json(out_dir / "config.json", cfg.to_dict())
+    open_run_folder(cfg, out_dir, resume)
     _record_options(opts, out_dir, resume, log)
     with RayLogRoute(out_dir / RAY_LOG, log) as route:  # entered before ray.init's first lines
         started_here, injector = connect(opts, log)
@@ -100,6 +75,8 @@ def _run_ray(
     """:func:`run_ray` once Ray is up (``started_here``: this call started it)."""
     import ray
 
+    from spotlight.tracking import Tracker
+
     ctl = Controller(cfg, out_dir, opts, log, injector)
     try:
         check_capacity(
@@ -111,18 +88,10 @@ def _run_ray(
         )
         check_storage(out_dir, joined=not started_here)
         start, version = ctl.start(resume)
-        run = _Run(ctl, start, resume)
-        if start == 0:
-            run.validate_before_training(version)
-        n = cfg.num_iterations
-        bar = progress.bar(log, cfg.recipe, n, initial=start, unit="iter", every_s=None, leave=True)
-        for it in range(start, n):
-            version, stopped = run.iteration(it, version)
-            bar.update(1)
-            if stopped:
-                break
-        bar.close()
-        return run.finish()
+        tracker = Tracker(cfg, out_dir, enabled=opts.wandb, resume=resume)
+        if tracker.url:
+            progress.line(log, f"[spotlight] W&B run: {tracker.url}")
+        return drive(cfg, out_dir, ctl, start, version, log, tracker, before_first=ctl.queue.tick)
     finally:
         if not opts.keep_cluster_state:
             cleanup()
@@ -130,97 +99,3 @@ def _run_ray(
             ray.shutdown()
         if injector is not None:
             injector.nodes.shutdown()
-
-
-class _Run:
-    """The run folder's side of a Ray run: metrics rows, checkpoints, W&B, the summary."""
-
-    def __init__(self, ctl: Controller, start: int, resume: bool):
-        from spotlight.tracking import Tracker
-
-        self.ctl, self.cfg, self.out_dir, self.log = ctl, ctl.cfg, ctl.out_dir, ctl.log
-        self.metrics_path = self.out_dir / METRICS
-        truncate_metrics(self.metrics_path, start)  # rows after the checkpoint are redone
-        self.t_start = time.perf_counter() - last_wall_s(self.metrics_path)
-        self.tracker = Tracker(self.cfg, self.out_dir, enabled=ctl.opts.wandb, resume=resume)
-        if self.tracker.url:
-            progress.line(self.log, f"[spotlight] W&B run: {self.tracker.url}")
-        ctl.queue.tick()
-        self.initial_val = initial_val_reward(self.out_dir)
-
-    def validate_before_training(self, version: int) -> None:
-        val = self.ctl.evaluate(-1, version)
-        write_json(self.out_dir / INITIAL_VAL, {"val_reward": val})
-        self.initial_val = val
-        self.tracker.log({"val_reward": val, "iteration": -1, "weights_version": version})
-        self.tracker.log_images(*self.ctl.val_samples, step=0)
-        progress.line(
-            self.log,
-            f"[spotlight] {self.cfg.recipe} on Ray: {self.cfg.num_iterations} iterations, "
-            f"validation reward before training {val:.4f}",
-        )
-
-    def iteration(self, it: int, version: int) -> tuple[int, bool]:
-        """Iteration ``it`` on weights ``version``, its validation when due, its metrics row,
-        then its checkpoint (the commit). Returns (the new version, whether the run stops)."""
-        ctl, cfg = self.ctl, self.cfg
-        m = ctl.iteration(it, version)
-        version = m["weights_version"]
-        if validate_now(cfg, it, time.perf_counter() - self.t_start):
-            m["val_reward"] = ctl.evaluate(it, version)
-        ctl.queue.tick()
-        m.update(ctl.ledger.snapshot())
-        m.update(
-            wall_s=time.perf_counter() - self.t_start,
-            **ctl.fault_counters(),
-            queue_depth=ctl.queue.stats["pending"],
-            replicas=ctl.queue.stats["workers_by_pool"],
-        )
-        reason = stop_reason(cfg, m, self.initial_val)
-        if reason is not None:
-            m["stopped"] = reason
-        append_row(self.metrics_path, m)
-        ctl.save_checkpoint(it + 1, version)
-        self.tracker.log({k: v for k, v in m.items() if k != "stopped"})
-        if "val_reward" in m:
-            self.tracker.log_images(*ctl.val_samples, step=it + 1)
-        progress.line(self.log, progress_line(m, cfg.num_iterations))
-        if (it + 1) % STATUS_EVERY == 0 and not progress.use_bars(self.log):
-            progress.line(self.log, status_line(read_rows(self.metrics_path), cfg.num_iterations))
-        if reason is not None:
-            progress.line(self.log, stop_line(reason, m, self.initial_val, cfg))
-            ctl.stop_trainer(it + 1)
-        return version, reason is not None
-
-    def finish(self) -> dict[str, Any]:
-        """Wait for the trainer's end; write summary.json and the plots."""
-        from spotlight.plots import plot_report, plot_rewards
-
-        self.ctl.finish()
-        summary = _summary(self.metrics_path, self.cfg, self.ctl)
-        write_json(self.out_dir / SUMMARY, summary)
-        name, recipe = self.out_dir.name, self.cfg.recipe
-        plot_rewards(self.out_dir, title=f"{recipe}: {name}")
-        plot_report(self.out_dir, title=f"{recipe} on Ray: {name}")
-        self.tracker.finish(summary)
-        progress.line(
-            self.log,
-            f"[spotlight] done: {self.out_dir} (summary.json, metrics.jsonl, report.png,"
-            f" {CKPT_DIR}/)",
-        )
-        return summary
-
-
-def _summary(metrics_path: Path, cfg: Config, ctl: Controller) -> dict[str, Any]:
-    rows = read_rows(metrics_path)
-    out = summarize(metrics_path, cfg)
-    out.update(ctl.ledger.snapshot())
-    out.update(
-        runner="ray",
-        weights_version=rows[-1]["weights_version"] if rows else None,
-        **ctl.fault_counters(),
-        num_samplers=ctl.opts.num_samplers,
-        num_train_workers=ctl.opts.num_train_workers,
-        prices=dataclasses.asdict(ctl.opts.prices),
-    )
-    return out
