@@ -5,7 +5,8 @@ replicas of given speeds: each replica pulls one item whenever it is idle, so fa
 more items and rollout items are served before exploration items. :func:`round_robin_schedule` is
 the static alternative (item ``i`` goes to replica ``i mod R`` up front, as a push scheduler that
 ignores speed would do). Both return when each item finished; the makespan benchmark
-(benchmarks/preemption.py) and the simulator use them.
+(benchmarks/preemption.py) uses them. The simulator dispatches on its own cluster, with
+preemptions and SP groups (``spotlight.sim.sim_sampling``), by the same queue rules.
 """
 
 from __future__ import annotations
