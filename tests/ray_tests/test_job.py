@@ -155,32 +155,6 @@ def test_spot_exploration_picks_high_contrast_seeds_while_the_trainer_trains(loc
     assert state["planner"]["arms"]  # the planner learned and persisted its statistics
 
 
-def test_critical_path_exploration_trains_on_the_selected_samples(local_ray, tmp_path):
-    from spotlight.config import ExplorationConfig
-    from spotlight.job.run import run_ray
-
-    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
-    run_ray(smoke(iterations=1, exploration=explore), tmp_path, opts=ray_options())
-    (row,) = _rows(tmp_path)
-    assert row["explore_prompts"] == 2 and row["explore_fallback_prompts"] == 0
-    assert row["seeds_explored"] == 16
-    # Trained groups are the selected ones (same weights): their std is the selected std.
-    assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
-
-    # The same run with the advantages normalized over all 8 candidates (``full_pool``): the
-    # same samples and rewards, another update.
-    pooled = ExplorationConfig(
-        mode="critical_path", max_candidates=8, uniform=True, pool_advantages=True
-    )
-    run_ray(smoke(iterations=1, exploration=pooled), tmp_path / "pool", opts=ray_options())
-    (pool_row,) = _rows(tmp_path / "pool")
-    for key in ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std"):
-        assert pool_row[key] == row[key]
-    plain = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    other = load_file(str(tmp_path / "pool" / "checkpoint" / "policy.safetensors"))
-    assert any(not torch.equal(plain[k], other[k]) for k in plain)
-
-
 def _group_noise(cfg):
     import dataclasses
 
@@ -205,20 +179,6 @@ def test_groups_sharing_their_initial_noise_run_as_the_reference_loop(local_ray,
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
-
-
-def test_exploration_picks_seeds_when_groups_share_their_initial_noise(local_ray, tmp_path):
-    """The candidates of a prompt start from its group's noise, so the selected seeds are
-    what the group trains on (critical path: the same weights, the selected samples reused)."""
-    from spotlight.config import ExplorationConfig
-    from spotlight.job.run import run_ray
-
-    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
-    run_ray(_group_noise(smoke(iterations=1, exploration=explore)), tmp_path, opts=ray_options())
-    (row,) = _rows(tmp_path)
-    assert row["explore_prompts"] == 2 and row["seeds_explored"] == 16
-    assert row["explored_selected_group_std"] >= row["explored_random_group_std"] - 1e-12
-    assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
 
 
 def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
@@ -362,3 +322,30 @@ def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_
     assert got.keys() == want.keys() and got
     for k in want:
         assert got[k] == pytest.approx(want[k], abs=1e-6)
+
+
+def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(local_ray, tmp_path):
+    """Critical-path exploration on the replicas, its selected samples sent to the trainer as
+    they are (not sampled again), groups sharing their initial noise: the local runner's
+    selection and update."""
+    from spotlight.config import ExplorationConfig
+    from spotlight.job.run import run_ray
+    from spotlight.training.run_local import run_local
+
+    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
+    cfg = _group_noise(smoke(iterations=1, exploration=explore))
+    run_ray(cfg, tmp_path / "ray", opts=ray_options())
+    torch.set_num_threads(1)
+    run_local(cfg, tmp_path / "local")
+    (got,) = _rows(tmp_path / "ray")
+    (want,) = _rows(tmp_path / "local")
+    assert got["explore_prompts"] == want["explore_prompts"] == 2
+    assert got["seeds_explored"] == want["seeds_explored"] == 16
+    for key in ("explored_selected_group_std", "train_reward_mean", "group_reward_std_mean"):
+        assert got[key] == pytest.approx(want[key], abs=1e-6), key
+    # Trained groups are the selected ones (same weights): their std is the selected std.
+    assert got["group_reward_std_mean"] == pytest.approx(got["explored_selected_group_std"])
+    ray_w = load_file(str(tmp_path / "ray" / "checkpoint" / "policy.safetensors"))
+    local_w = load_file(str(tmp_path / "local" / "checkpoint" / "policy.safetensors"))
+    for k, v in local_w.items():
+        torch.testing.assert_close(ray_w[k], v, atol=1e-6, rtol=1e-5)

@@ -230,13 +230,32 @@ def test_the_local_runner_explores_the_next_prompts_before_the_update(tmp_path):
     assert planner["arms"]  # the planner learned and kept its statistics, as the Ray job's
 
 
-def test_the_local_critical_path_trains_on_the_selected_samples(tmp_path):
-    cfg = _explore(dataclasses.replace(FAST, num_iterations=1), mode="critical_path", uniform=True)
+@pytest.mark.parametrize("group_noise", [False, True])
+def test_the_local_critical_path_trains_on_the_selected_samples(tmp_path, group_noise):
+    one = dataclasses.replace(FAST, num_iterations=1)
+    one = dataclasses.replace(
+        one, sampler=dataclasses.replace(one.sampler, group_init_noise=group_noise)
+    )
+    cfg = _explore(one, mode="critical_path", uniform=True)
     run_local(cfg, tmp_path / "cp")
     (row,) = _rows(tmp_path / "cp")
     assert row["explore_prompts"] == 2 and row["seeds_explored"] == 16
+    assert row["explored_selected_group_std"] >= row["explored_random_group_std"] - 1e-12
     # The trained groups are the selected samples themselves (same weights).
     assert row["group_reward_std_mean"] == pytest.approx(row["explored_selected_group_std"])
+
+    # Advantages normalized over all 8 candidates (``full_pool``): the same samples and
+    # rewards, another update.
+    pooled = _explore(one, mode="critical_path", uniform=True, pool_advantages=True)
+    run_local(pooled, tmp_path / "pool")
+    (pool_row,) = _rows(tmp_path / "pool")
+    for key in ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std"):
+        assert pool_row[key] == row[key]
+    from safetensors.torch import load_file
+
+    plain = load_file(str(tmp_path / "cp" / "checkpoint" / "policy.safetensors"))
+    other = load_file(str(tmp_path / "pool" / "checkpoint" / "policy.safetensors"))
+    assert any(not torch.equal(plain[k], other[k]) for k in plain)
 
 
 def test_an_exploring_local_run_resumes_with_the_seeds_it_had_explored(tmp_path, monkeypatch):
