@@ -39,6 +39,11 @@ def run_ray(
     opts = opts or RayOptions()
     cfg.validate()
     opts.validate()
+    if cfg.rollout_staleness:
+        raise ValueError(
+            "rollout_staleness > 0 (stale rollouts, a measurement) runs on the local runner:"
+            " add --runner local"
+        )
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
     open_run_folder(cfg, out_dir, resume)

@@ -357,6 +357,11 @@ class Config:
     it first); None: no cap."""
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     """Seed exploration (both runners: ``spotlight.explore.strategy``)."""
+    rollout_staleness: int = 0
+    """Weights versions the rollout lags the trained weights by: iteration t samples with the
+    sampling weights of version ``max(0, t - rollout_staleness)``. 0 (on-policy) is the
+    schedule of both runners; 1 and 2 measure what a pipeline's stale rollouts cost (the
+    local runner only, without exploration; such a run does not resume)."""
 
     def validate(self) -> None:
         self.sampler.validate()
@@ -389,6 +394,13 @@ class Config:
         if self.num_prompts_per_iteration < 1:
             raise ValueError(
                 f"num_prompts_per_iteration must be >= 1, got {self.num_prompts_per_iteration}"
+            )
+        if self.rollout_staleness < 0:
+            raise ValueError(f"rollout_staleness must be >= 0, got {self.rollout_staleness}")
+        if self.rollout_staleness and self.exploration.mode != "off":
+            raise ValueError(
+                "rollout_staleness > 0 measures stale rollouts without exploration: add"
+                " --set exploration.mode=off"
             )
 
     def to_dict(self) -> dict[str, Any]:

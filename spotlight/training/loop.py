@@ -15,7 +15,9 @@ so with a fixed budget both explore and select the same seeds.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -178,10 +180,28 @@ class ReferenceLoop:
         self.weights_version = 0
         self.explore = ExplorationStrategy(cfg)
         """Exploration's decisions (``exploration.mode``); this loop samples what it plans."""
+        self._past: deque[tuple[int, OldPolicy]] = deque(maxlen=cfg.rollout_staleness + 1)
+        """With ``rollout_staleness``: the sampling weights of the last versions (version, copy),
+        the oldest first."""
 
     def sampling_weights(self):
         """Within: the policy holds the weights that sample (the old policy's, with one)."""
         return nullcontext() if self.old_policy is None else self.old_policy.applied(self.policy)
+
+    @contextmanager
+    def rollout_weights(self) -> Iterator[int]:
+        """Within: the policy holds the weights the rollout samples with, whose version it
+        yields: the sampling weights, or with ``rollout_staleness`` k those of k versions ago
+        (of version 0 while fewer exist). Called once per iteration."""
+        if not self.cfg.rollout_staleness:
+            with self.sampling_weights():
+                yield self.weights_version
+            return
+        with self.sampling_weights():
+            self._past.append((self.weights_version, OldPolicy(self.policy)))
+        version, weights = self._past[0]
+        with weights.applied(self.policy):
+            yield version
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
         """Explore (as configured), sample, score, update. Returns the iteration's metrics."""
@@ -206,14 +226,15 @@ class ReferenceLoop:
         t_rollout = time.perf_counter()
         todo = plan.to_sample
         rolled, rolled_r = [], []
+        rollout_version = self.weights_version
         if todo:
-            with self.sampling_weights():
+            with self.rollout_weights() as rollout_version:
                 rolled = sample(
                     self.policy,
                     [p for p, _ in todo],
                     [s for _, s in todo],
                     cfg.sampler,
-                    self.weights_version,
+                    rollout_version,
                     init_seeds=plan.to_sample_init,
                 )
             images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
@@ -268,6 +289,8 @@ class ReferenceLoop:
         )
         if self.explore.mode != "off":
             row["exploration"] = self.explore.mode
+        if cfg.rollout_staleness:
+            row["rollout_weights_version"] = rollout_version
         return {**row, **extra}
 
     def _groups(self, iteration: int) -> tuple[list[str], list[int] | None]:

@@ -45,6 +45,11 @@ def run_local(
     continues after the last checkpointed iteration of ``out_dir``.
     """
     cfg.validate()
+    if resume and cfg.rollout_staleness:
+        raise ValueError(
+            f"--resume {out_dir}: a run with rollout_staleness does not resume (the past"
+            " weights it samples with are not checkpointed); start it again"
+        )
     preflight_run(cfg, out_dir, resume)
     loop = ReferenceLoop(
         cfg, make_policy(cfg.policy, device), build_reward(cfg.reward, cfg.reward_model)

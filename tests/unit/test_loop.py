@@ -162,6 +162,55 @@ def test_ray_runner_bad_input_fails_before_ray_starts(tmp_path, capsys, monkeypa
     assert "tesseract is not installed" in capsys.readouterr().err
 
 
+def test_stale_rollouts_sample_with_the_weights_of_k_versions_ago():
+    from spotlight.flow.sampler import sample
+    from spotlight.policies import make_policy
+    from spotlight.rewards import build_reward
+    from spotlight.training.loop import ReferenceLoop
+
+    def loop(k):
+        cfg = dataclasses.replace(FAST, rollout_staleness=k)
+        return ReferenceLoop(cfg, make_policy(cfg.policy, "cpu"), build_reward(cfg.reward))
+
+    fresh, stale = loop(0), loop(2)
+    rows_fresh = [fresh.run_iteration(i) for i in range(2)]
+    rows_stale = [stale.run_iteration(i) for i in range(4)]
+    assert [r["rollout_weights_version"] for r in rows_stale] == [0, 0, 0, 1]
+    assert "rollout_weights_version" not in rows_fresh[0]
+    assert rows_stale[0]["train_reward_mean"] == rows_fresh[0]["train_reward_mean"]
+    # Iteration 2 sampled with the starting weights: what a new loop samples for its batch.
+    start = loop(0)
+    prompts, seeds, init = iteration_batch(FAST, start.train_prompts, 2, True)
+    trajs = sample(start.policy, prompts, seeds, FAST.sampler, 0, init_seeds=init)
+    images = start.policy.decode(torch.stack([t.latents for t in trajs]))
+    want = float(torch.from_numpy(start.reward(images, prompts)).mean())
+    assert rows_stale[2]["train_reward_mean"] == pytest.approx(want, abs=1e-7)
+    # Iteration 3 sampled with the weights after one update: the on-policy loop's iteration 1
+    # weights, on iteration 3's batch.
+    one = loop(0)
+    one.run_iteration(0)
+    prompts, seeds, init = iteration_batch(FAST, one.train_prompts, 3, True)
+    trajs = sample(one.policy, prompts, seeds, FAST.sampler, 1, init_seeds=init)
+    images = one.policy.decode(torch.stack([t.latents for t in trajs]))
+    want = float(torch.from_numpy(one.reward(images, prompts)).mean())
+    assert rows_stale[3]["train_reward_mean"] == pytest.approx(want, abs=1e-7)
+
+
+def test_stale_rollouts_are_refused_where_they_cannot_run(tmp_path):
+    stale = dataclasses.replace(FAST, rollout_staleness=1)
+    with pytest.raises(ValueError, match=r"exploration\.mode=off"):
+        _explore(stale, mode="spot").validate()
+    with pytest.raises(ValueError, match=">= 0"):
+        dataclasses.replace(FAST, rollout_staleness=-1).validate()
+    run_local(dataclasses.replace(stale, num_iterations=1), tmp_path / "run")
+    with pytest.raises(ValueError, match="does not resume"):
+        run_local(stale, tmp_path / "run", resume=True)
+    from spotlight.job.run import run_ray  # refused before Ray starts
+
+    with pytest.raises(ValueError, match="--runner local"):
+        run_ray(stale, tmp_path / "ray")
+
+
 def test_control_runs_permute_the_advantages_across_the_batch():
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.2, 0.9, 0.5, 0.1])  # two groups of 4
     cfg = FAST
