@@ -3,7 +3,7 @@
 python benchmarks/learn.py --recipe tiny-ocr --seeds 0 1 2 --control-seeds 0 --out docs/bench
 
 Each run is ``spotlight train --runner local`` of the recipe with ``seed=S`` and
-``exploration.mode=off`` (the reference loop samples random seeds) (``mode`` train), or
+``exploration.mode=off`` (plain GRPO: random seeds) (``mode`` train), or
 the same with ``grpo.shuffle_advantages=true`` (``mode`` control: the update keeps its size and
 noise, the advantages lose their link to the images). Every run scores the same validation
 prompts with the same fixed seeds before and after training, so ``initial_val_reward`` is the
@@ -34,7 +34,7 @@ from spotlight.recipes import RECIPES, get_recipe
 
 
 def run_command(args: argparse.Namespace, seed: int, mode: str, out: Path) -> list[str]:
-    sets = [f"seed={seed}", "exploration.mode=off", *args.set]  # the reference loop explores not
+    sets = [f"seed={seed}", "exploration.mode=off", *args.set]  # plain GRPO: random seeds
     if mode == "control":
         sets.append("grpo.shuffle_advantages=true")
     cmd = ["spotlight", "train", "--recipe", args.recipe, "--runner", "local", "--out", str(out)]
