@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spotlight.config import Config
+from spotlight.config import Config, ExplorationConfig
 from spotlight.explore.exploration import (
     Exploration,
     Selection,
@@ -34,6 +34,20 @@ from spotlight.explore.exploration import (
 )
 from spotlight.explore.planner import Planner, exploration_budget
 from spotlight.scheduling.work_queue import ItemResult
+
+
+def exploration_seeds(x: ExplorationConfig, train_s: float | None, rate: float | None) -> int:
+    """Seeds to explore in an iteration: ``budget_seeds`` when fixed; else, for
+    ``critical_path``, the cap; for ``spot``, the seeds samplers at ``rate`` samples/s draw in
+    ``budget_scale`` x the update time ``train_s`` (0 while either is unknown); never more than
+    ``max_seeds_per_iteration``. The runners and the simulator size exploration with it."""
+    if x.budget_seeds:
+        return min(x.budget_seeds, x.max_seeds_per_iteration)
+    if x.mode == "critical_path":  # best-of-N: as much as it takes
+        return x.max_seeds_per_iteration
+    return exploration_budget(
+        x.budget_scale * (train_s or 0.0), rate or 0.0, x.max_seeds_per_iteration
+    )
 
 
 def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
@@ -69,16 +83,10 @@ class ExplorationStrategy:
         self.train_s = _ema(self.train_s, train_s)
 
     def budget(self) -> int:
-        """This iteration's exploration budget, in seeds (see the module docstring)."""
-        x = self.cfg.exploration
-        if x.budget_seeds:
-            return min(x.budget_seeds, x.max_seeds_per_iteration)
-        if self.mode == "critical_path":  # best-of-N: as much as it takes
-            return x.max_seeds_per_iteration
+        """This iteration's exploration budget, in seeds (:func:`exploration_seeds` of the
+        measured update time, the rollout's before the first update, and rate)."""
         train_s = self.train_s if self.train_s is not None else self.sample_s
-        return exploration_budget(
-            x.budget_scale * (train_s or 0.0), self.rate or 0.0, x.max_seeds_per_iteration
-        )
+        return exploration_seeds(self.cfg.exploration, train_s, self.rate)
 
     # -- Planning and selection ------------------------------------------------------------
     def plan(

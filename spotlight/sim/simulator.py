@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from spotlight.config import ExplorationConfig
-from spotlight.explore.planner import Planner, exploration_budget
+from spotlight.explore.planner import Planner
 from spotlight.explore.seeds import max_variance_subset
+from spotlight.explore.strategy import exploration_seeds
 from spotlight.scheduling.costs import Ledger, PriceTable
 from spotlight.scheduling.traces import CapacityTrace
 from spotlight.scheduling.work_queue import (
@@ -212,15 +213,18 @@ class Simulation(QueueSampling):
         self._on_demand_kinds = [k for k in KIND_PRIORITY if self.queue.spill.allows(k, math.inf)]
         self._spot_poll: tuple[int, float] | None = None  # the last spot pull skipped
         self._orphans: list[WorkItem] = []
-        self.planner = Planner(
-            ExplorationConfig(
-                mode="spot",
-                max_candidates=scenario.explore_candidates,
-                uniform=system.uniform_planner,
-                planner_gain=system.planner_gain,
+        self.exploration = ExplorationConfig(
+            mode="spot",
+            max_candidates=scenario.explore_candidates,
+            uniform=system.uniform_planner,
+            planner_gain=system.planner_gain,
+            max_seeds_per_iteration=(
+                scenario.explore_budget if scenario.explore_budget is not None else 10**9
             ),
-            scenario.group_size,
         )
+        """Spotlight's exploration settings: its planner's, and its budget's
+        (``spotlight.explore.strategy.exploration_seeds``, as the runners size it)."""
+        self.planner = Planner(self.exploration, scenario.group_size)
         self._rate: float | None = None  # measured sampling throughput, samples/s
         self._fallback: list[int] = []
         self.spot_capacity = 0  # spot GPUs the trace holds now (incl. starting and leaving)
@@ -291,8 +295,7 @@ class Simulation(QueueSampling):
                     self._sample(self._items(Kind.ROLLOUT, it + 1, P * G))
                 self._sample([], deadline=t_train_end)
             elif self.sys.exploration == "spot":
-                cap = sc.explore_budget if sc.explore_budget is not None else 10**9
-                budget = exploration_budget(train_s, self._rate or 0.0, cap)
+                budget = exploration_seeds(self.exploration, train_s, self._rate)
                 names = [str(p) for p in next_prompts]
                 plan = self.planner.plan(names, budget)
                 want = {p: plan[str(p)] for p in next_prompts if plan[str(p)] > 0}
