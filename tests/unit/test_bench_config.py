@@ -163,10 +163,12 @@ def test_a_record_with_repository_relative_paths_is_the_same_config(tmp_path):
 def test_the_bench_writes_its_figures_reuses_its_runs_and_refuses_another_config(tmp_path):
     from spotlight.cli import main
 
-    args = ["bench", "exploration", "--runner", "local", "--recipe", "tiny-smoke",
-            "--iterations", "2", "--val-every", "1", "--seeds", "0", "--modes", "off", "spot", "--target-delta",
-            "0.0", "--budget-seeds", "12", "--set", "num_val_seeds=1",
-            "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "bench", "exploration", "--runner", "local", "--recipe", "tiny-smoke",
+        "--iterations", "2", "--val-every", "1", "--seeds", "0", "--modes", "off", "spot",
+        "--target-delta", "0.0", "--budget-seeds", "12", "--set", "num_val_seeds=1",
+        "--out", str(tmp_path),
+    ]  # fmt: skip
     assert main(args) == 0
     doc = json.loads((tmp_path / "exploration.json").read_text())
     assert set(doc["modes"]) == {"off", "spot"} and doc["runner"] == "local"
