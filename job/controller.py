@@ -38,6 +38,7 @@ from spotlight.job.queue_client import QueueClient
 from spotlight.scheduling.costs import Ledger
 from spotlight.scheduling.work_queue import Kind, Pool
 from spotlight.training.loop import (
+    group_batch,
     iteration_batch,
     metrics_row,
     prompt_sets,
@@ -211,7 +212,7 @@ class Controller:
         """Step 4: spot exploration of the next iteration's prompts, on these weights."""
         if not self.explore.explores_next(it):
             return None
-        exp = self.explore.plan(it + 1, version, *self._groups(it + 1))
+        exp = self.explore.plan(it + 1, version, *group_batch(self.cfg, self.train_prompts, it + 1))
         self.queue.submit(exp.work_items(self.cfg.seed, self.cfg.sampler.batch_size))
         return exp
 
@@ -269,13 +270,6 @@ class Controller:
             for k, (ps, ss, ii) in enumerate(chunks(flat, self.cfg.sampler.batch_size, init))
         ]
 
-    def _groups(self, it: int) -> tuple[list[str], list[int] | None]:
-        """Iteration ``it``'s prompts, one per group, and the initial-noise seed each group
-        shares (None without ``sampler.group_init_noise``)."""
-        prompts, _, init = iteration_batch(self.cfg, self.train_prompts, it, True)
-        group = self.cfg.grpo.group_size
-        return prompts[::group], init[::group] if init is not None else None
-
     def _collect_exploration(self, exp, fresh_version: int) -> None:
         """Take what finished (unfinished items are withdrawn); the strategy selects."""
         ids = exp.all_item_ids()
@@ -285,7 +279,9 @@ class Controller:
 
     def _explore_now(self, it: int, version: int, unique: list[str]):
         """Critical-path exploration: explore on ``version`` and wait for all of it."""
-        exp = self.explore.plan(it, version, unique, self._groups(it)[1])
+        exp = self.explore.plan(
+            it, version, unique, group_batch(self.cfg, self.train_prompts, it)[1]
+        )
         items = exp.work_items(self.cfg.seed, self.cfg.sampler.batch_size)
         results = self.queue.run_items(items, f"iteration {it + 1} exploration") if items else {}
         return self.explore.critical_path_explored(exp, results)

@@ -89,6 +89,14 @@ def iteration_batch(
     return prompts, seeds, init_seeds
 
 
+def group_batch(cfg: Config, pool: list[str], iteration: int) -> tuple[list[str], list[int] | None]:
+    """Iteration ``iteration``'s prompts, one per group, and the initial-noise seed each group
+    shares (None without ``sampler.group_init_noise``): what exploration plans for."""
+    prompts, _, init = iteration_batch(cfg, pool, iteration, True)
+    group = cfg.grpo.group_size
+    return prompts[::group], init[::group] if init is not None else None
+
+
 def score_groups(
     rewards: torch.Tensor,
     cfg: Config,
@@ -212,7 +220,9 @@ class ReferenceLoop:
         )
         selection, extra = self.explore.take()
         if self.explore.mode == "critical_path":  # explore on these weights, keep the best
-            exp = self.explore.plan(iteration, self.weights_version, *self._groups(iteration))
+            exp = self.explore.plan(
+                iteration, self.weights_version, *group_batch(cfg, self.train_prompts, iteration)
+            )
             results = self._run_items(exp.work_items(cfg.seed, cfg.sampler.batch_size))
             selection, extra = self.explore.critical_path_explored(exp, results)
         plan = plan_rollout(
@@ -255,7 +265,9 @@ class ReferenceLoop:
         explored = None
         if self.explore.explores_next(iteration):  # the Ray job does this during the update
             explored = self.explore.plan(
-                iteration + 1, self.weights_version, *self._groups(iteration + 1)
+                iteration + 1,
+                self.weights_version,
+                *group_batch(cfg, self.train_prompts, iteration + 1),
             )
             results = self._run_items(explored.work_items(cfg.seed, cfg.sampler.batch_size))
             extra["explore_s"] = time.perf_counter() - t1
@@ -292,13 +304,6 @@ class ReferenceLoop:
         if cfg.rollout_staleness:
             row["rollout_weights_version"] = rollout_version
         return {**row, **extra}
-
-    def _groups(self, iteration: int) -> tuple[list[str], list[int] | None]:
-        """Iteration ``iteration``'s prompts, one per group, and the initial-noise seed each
-        group shares (None without ``sampler.group_init_noise``)."""
-        prompts, _, init = iteration_batch(self.cfg, self.train_prompts, iteration, True)
-        group = self.cfg.grpo.group_size
-        return prompts[::group], init[::group] if init is not None else None
 
     def _run_items(self, items: list[WorkItem]) -> dict[str, ItemResult]:
         """Sample and score exploration's work items here, one after the other, each with the
