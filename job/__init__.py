@@ -7,8 +7,9 @@ bottom in :mod:`.controller`; the modules around it are the plumbing:
 - :mod:`.options`: ``RayOptions``, *where* and how wide the job runs (``Config`` is *what*);
 - :mod:`.cluster`: joining or starting Ray, the capacity check, cleaning up;
 - :mod:`.launch`: the Serve sampler app and the Ray Train trainer;
-- :mod:`.queue_client`: the driver's calls to the request queue, which survive its restart,
-  and its waits, which account GPU time and watch the trainer;
+- :mod:`.queue_client`: the driver's calls to the request queue, which survive its restart;
+- :mod:`.run_watch`: the driver's waits, which account GPU time, replay the spot trace and
+  watch the trainer;
 - :mod:`.protocol`: both ends of the driver <-> trainer hand-off, written out at its top;
 - :mod:`.controller`: the iteration as named steps; :mod:`.run`: ``run_ray``, the run loop;
 - :mod:`.trainer`: the Ray Train worker loop; :mod:`.trainer_sampling`: its GPUs sampling

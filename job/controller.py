@@ -17,10 +17,10 @@ and calls :meth:`Controller.iteration` once per iteration:
 
 The decisions are pure and shared with the local runner (``spotlight.training.rollout``,
 ``spotlight.training.loop``, and exploration's in ``spotlight.explore.strategy``); the queue's
-plumbing is :mod:`.queue_client`. A restarted driver (``--resume DIR``) continues after the last
-checkpointed iteration: the trainer starts from that checkpoint and publishes its version,
-finished queue items of the interrupted iteration are reused (their ids are deterministic),
-nothing is trained twice.
+plumbing is :mod:`.queue_client`, the waits :mod:`.run_watch`. A restarted driver
+(``--resume DIR``) continues after the last checkpointed iteration: the trainer starts from
+that checkpoint and publishes its version, finished queue items of the interrupted iteration
+are reused (their ids are deterministic), nothing is trained twice.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from spotlight.config import Config
 from spotlight.job import launch, protocol
 from spotlight.job.options import RayOptions
 from spotlight.job.queue_client import QueueClient
+from spotlight.job.run_watch import RunWatch
 from spotlight.scheduling.costs import Ledger
 from spotlight.scheduling.work_queue import Kind, Pool
 from spotlight.training.loop import (
@@ -89,6 +90,8 @@ class Controller:
         self.ledger = Ledger(opts.prices)
         self.queue: QueueClient | None = None
         """The request queue (after :meth:`start`)."""
+        self.watch: RunWatch | None = None
+        """The run's waits, GPU-time ledger and trainer (after :meth:`start`)."""
         self._counter_base: dict[str, int] = {}
         """Counters a resumed run carried over, when the queue's own were lost."""
         self.explore = ExplorationStrategy(cfg)
@@ -108,9 +111,15 @@ class Controller:
         self.actors = ensure_actors(
             bandit_path=str((self.out_dir / BANDIT_FILE).resolve()), lease_s=self.opts.lease_s
         )
-        self.queue = QueueClient(
-            self.actors, self.run_id, self.opts, self.ledger, self.log, self.injector, self.created
+        self.watch = RunWatch(
+            lambda: self.queue.call("stats"),
+            self.ledger,
+            self.opts,
+            self.log,
+            self.injector,
+            self.created,
         )
+        self.queue = QueueClient(self.actors, self.run_id, self.opts, self.log, self.watch)
         kept = self.queue.open()
         ray.get(self.actors.queue.clear_mailbox.remote())
         ray.get(self.actors.broadcast.clear.remote())
@@ -127,10 +136,12 @@ class Controller:
             f"replica(s), {self.opts.num_train_workers} trainer worker(s)"
             + ("; reusing the queue's finished items" if kept else ""),
         )
-        launch.start_serve(self.cfg, self.opts, self.injector is not None, self.log)
-        self.queue.trainer = launch.start_trainer(
+        # the trainer starts on its own thread while Serve deploys the samplers: both start
+        # together (on a cluster, on different nodes)
+        self.watch.trainer = launch.start_trainer(
             self.cfg, self.opts, self.out_dir, self.run_id, start, version, initial
         )
+        launch.start_serve(self.cfg, self.opts, self.injector is not None, self.log)
         return start, version
 
     # -- One iteration -------------------------------------------------------------------
@@ -158,7 +169,7 @@ class Controller:
             len(plan.to_sample),
             sample_s,
             self.opts.trainer_samples,
-            self.queue.stats.get("workers_by_pool", {}),
+            self.watch.stats.get("workers_by_pool", {}),
         )
         self.explore.measured(sample_s, rate)
         self._post_batch(it, trajectories, advantages)  # 3. the trainer trains on it
@@ -274,7 +285,7 @@ class Controller:
         """Take what finished (unfinished items are withdrawn); the strategy selects."""
         ids = exp.all_item_ids()
         if self.explore.waits_for_all() and ids:
-            self.queue.wait_all(ids, f"iteration {exp.iteration + 1} exploration")
+            self.queue.wait_results(ids, f"iteration {exp.iteration + 1} exploration")
         self.explore.spot_explored(exp, self.queue.collect(ids), fresh_version)
 
     def _explore_now(self, it: int, version: int, unique: list[str]):
@@ -306,7 +317,7 @@ class Controller:
         committed checkpoint, and the denoising steps that saved. ``items_lost``: items whose
         result never came (0 unless a run fails)."""
         q = self.queue
-        s = q.stats
+        s = self.watch.stats
         inj = self.injector
         base = self._counter_base
         out = {
@@ -390,12 +401,12 @@ class Controller:
 
     def figures(self) -> dict[str, Any]:
         """Added to every metrics row: cost so far, fault counters, queue depth, replicas."""
-        self.queue.tick()
+        self.watch.tick()
         return {
             **self.ledger.snapshot(),
             **self.fault_counters(),
-            "queue_depth": self.queue.stats["pending"],
-            "replicas": self.queue.stats["workers_by_pool"],
+            "queue_depth": self.watch.stats["pending"],
+            "replicas": self.watch.stats["workers_by_pool"],
         }
 
     def stopped(self, next_it: int) -> None:
@@ -429,5 +440,5 @@ class Controller:
 
     def join(self) -> None:
         """Wait for the trainer's loop to end."""
-        if self.queue is not None and self.queue.trainer is not None:
-            self.queue.trainer.join()
+        if self.watch is not None and self.watch.trainer is not None:
+            self.watch.trainer.join()

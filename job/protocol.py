@@ -84,17 +84,22 @@ def post_stop(client, iteration: int) -> None:
 
 
 # -- The trainer's end (rank 0 posts; every rank reads) ------------------------------------
-def wait_batch(queue, iteration: int, timeout_s: float, last_post=None) -> Any:
+def wait_batch(queue, iteration: int, timeout_s: float, last_post=None, meanwhile=None) -> Any:
     """The value posted as ``iteration``'s batch. ``last_post = (incarnation, key, value)``: the
-    trainer's last post, re-posted if the queue restarted since (:func:`repost_if_restarted`)."""
+    trainer's last post, re-posted if the queue restarted since (:func:`repost_if_restarted`).
+    ``meanwhile()``: work done between looks at the mailbox (it waits itself, so the mailbox
+    is then read without waiting); without it, the mailbox is long-polled."""
     import ray
 
     key = train_batch_key(iteration)
     deadline = time.monotonic() + timeout_s
+    wait_s = MAILBOX_WAIT_S if meanwhile is None else 0.0
     while True:
-        value = ray.get(queue.wait_post.remote(key, MAILBOX_WAIT_S))
+        value = ray.get(queue.wait_post.remote(key, wait_s))
         if value is not None:
             return value
+        if meanwhile is not None:
+            meanwhile()
         last_post = repost_if_restarted(queue, last_post)
         if time.monotonic() > deadline:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")

@@ -1,16 +1,13 @@
-"""The driver's side of the request queue: calls that survive the actor's restart, and waits.
-
-Every wait of the driver is a long-poll in slices of :data:`WAIT_SLICE_S`. After each slice
-:meth:`QueueClient.tick` does the driver's bookkeeping, in this order: it advances the local
-spot-trace replay (if any), refreshes the queue's stats, adds the GPU time held since the last
-tick to the ledger (replicas by pool, the trainer as on-demand), and fails fast when the
-trainer has died. So GPU-seconds are counted wherever the driver waits, and only there: the
-driver waits for something the whole run.
+"""The driver's side of the request queue: calls that survive the actor's restart, and items.
 
 The queue actor restarts with no state (``max_restarts=-1``). :meth:`QueueClient.call` notices
 (the queue's stats name no run, or another) and reopens the run: it re-submits the items still
 outstanding and re-posts the training batch the trainer may still wait for. Results are
 deterministic and idempotent by item id, so a restart costs recomputation, never an item.
+
+Waiting for results or posts goes through the run's :class:`~spotlight.job.run_watch.RunWatch`,
+which accounts GPU time and watches the trainer while the driver waits; finished items' busy
+time goes to its ledger.
 """
 
 from __future__ import annotations
@@ -19,42 +16,18 @@ import time
 from typing import Any, TextIO
 
 from spotlight import progress
-from spotlight.scheduling.costs import Ledger
-from spotlight.scheduling.work_queue import Pool
-
-WAIT_SLICE_S = 1.0
-"""Long-poll slice: the driver accounts time and checks the trainer at least this often."""
 
 CALL_RETRIES = 30
 """Attempts, a second apart, of a call to a queue actor that is restarting."""
 
 
-def ledger_pool(pool: str) -> str:
-    """The ledger's pool of an item's result: the trainer's GPUs are on-demand ones."""
-    return Pool.ON_DEMAND if pool == Pool.TRAINER else pool
-
-
 class QueueClient:
     """The request queue as the driver sees it (see the module docstring)."""
 
-    def __init__(
-        self,
-        actors,
-        run_id: str,
-        opts,
-        ledger: Ledger,
-        log: TextIO | None,
-        injector=None,
-        since: float | None = None,
-    ):
-        self.actors, self.run_id, self.opts = actors, run_id, opts
-        self.ledger, self.log = ledger, log
-        self.injector = injector
-        """The spot-trace injector (local replay), ticked from the wait loop (main thread)."""
-        self.trainer = None
-        """The running trainer (``launch.TrainerRun``): held as on-demand GPUs while alive."""
-        self.stats: dict[str, Any] = {}
-        """The queue's last stats (pending, leased, workers by pool, counters)."""
+    def __init__(self, actors, run_id: str, opts, log: TextIO | None, watch):
+        self.actors, self.run_id, self.opts, self.log = actors, run_id, opts, log
+        self.watch = watch
+        """The run's :class:`~spotlight.job.run_watch.RunWatch`: every wait goes through it."""
         self.items_reused = 0
         """Items whose results a restarted driver found already done in the queue."""
         self.items_lost = 0
@@ -63,8 +36,6 @@ class QueueClient:
         """Items submitted and not yet collected (re-submitted if the queue loses its state)."""
         self._posted: tuple[str, Any] | None = None
         """The post not yet answered (re-posted after a queue restart)."""
-        self._last_tick = time.monotonic() if since is None else since
-        """The last tick (``since``: the monotonic time GPU time is held from)."""
 
     # -- Calls ---------------------------------------------------------------------------
     def call(self, method: str, *args):
@@ -127,59 +98,10 @@ class QueueClient:
             self.call("take", key)
         self._posted = None
 
-    # -- Waiting -------------------------------------------------------------------------
-    def tick(self) -> None:
-        """One wait slice's bookkeeping (see the module docstring)."""
-        if self.injector is not None:
-            for ev in self.injector.tick(time.time()):
-                progress.line(self.log, f"  [spot trace] {ev.kind} spot node {ev.slot}")
-        now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
-        self.stats = self.call("stats")
-        for pool, n in self.stats["workers_by_pool"].items():
-            if pool != Pool.TRAINER:  # trainer workers: held below, as the trainer
-                self.ledger.hold(pool, n, dt)
-        if self.trainer is not None and self.trainer.alive():
-            self.ledger.hold(Pool.ON_DEMAND, self.opts.num_train_workers, dt)
-        if self.trainer is not None:
-            self.trainer.check()
-
-    def wait(
-        self,
-        what: str,
-        poll,
-        timeout_s: float,
-        desc: str | None = None,
-        total: int | None = None,
-        status=None,
-    ):
-        """Call ``poll(wait_s)`` (a long-poll of up to ``wait_s``) until it returns something
-        not None, ticking after each slice. ``desc`` names a progress bar for the wait (of
-        ``total`` items; ``status()`` -> (done, detail)), plain lines every
-        ``progress_every_s`` off a terminal."""
-        deadline = time.monotonic() + timeout_s
-        bar = None
-        if desc is not None:
-            unit = "items" if total else "s"
-            bar = progress.bar(self.log, desc, total, unit=unit, every_s=self.opts.progress_every_s)
-        try:
-            while True:
-                value = poll(WAIT_SLICE_S)
-                self.tick()
-                if value is not None:
-                    return value
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{what}: nothing after {timeout_s:.0f} s")
-                if bar is not None:
-                    done, detail = status() if status is not None else (0, "")
-                    bar.set(done, detail)
-        finally:
-            if bar is not None:
-                bar.close()
-
+    # -- Waiting (through the run's watch) ----------------------------------------------
     def wait_post(self, key: str, what: str, desc: str) -> Any:
         """The value posted under ``key``, waited for like any other result."""
-        return self.wait(
+        return self.watch.wait(
             what, lambda wait_s: self.call("wait_post", key, wait_s), self.opts.item_timeout_s, desc
         )
 
@@ -194,7 +116,7 @@ class QueueClient:
         def poll(wait_s: float):
             return poll_until(lambda: ray.get(b.header.remote(version)), wait_s)
 
-        self.wait(
+        self.watch.wait(
             f"weights v{version}",
             poll,
             self.opts.item_timeout_s,
@@ -214,6 +136,18 @@ class QueueClient:
         self._outstanding.update({it.item_id: it for it in items})
         queued = self.call("submit", items)
         self.items_reused += len(items) - queued
+        try:
+            done = self.wait_results(ids, label)
+        finally:
+            for i in ids:
+                self._outstanding.pop(i, None)
+        self.call("forget", ids)
+        self.watch.bill(done.values())
+        return done
+
+    def wait_results(self, ids: list[str], label: str) -> dict[str, Any]:
+        """Wait until every item of ``ids`` (submitted already) has a result; the results.
+        Items with none when the wait times out count as lost."""
         done: dict[str, Any] = {}
 
         def poll(wait_s: float):
@@ -221,42 +155,22 @@ class QueueClient:
             return done if len(done) == len(ids) else None
 
         def status():
-            s = self.stats
+            s = self.watch.stats
             pools = " ".join(f"{p} {n}" for p, n in sorted(s["workers_by_pool"].items()))
             return len(done), (
                 f"queue {s['pending']}, leased {s['leased']}, replicas {pools or 'none'}, "
-                f"${self.ledger.cost_usd():.4f}"
+                f"${self.watch.ledger.cost_usd():.4f}"
             )
 
         try:
-            self.wait(label, poll, self.opts.item_timeout_s, label, len(ids), status)
+            return self.watch.wait(label, poll, self.opts.item_timeout_s, label, len(ids), status)
         except TimeoutError:
             self.items_lost += len(ids) - len(done)
             raise
-        finally:
-            for i in ids:
-                self._outstanding.pop(i, None)
-        self.call("forget", ids)
-        self.bill(done.values())
-        return done
-
-    def wait_all(self, ids: list[str], label: str) -> None:
-        """Wait until every item of ``ids`` (submitted earlier) has a result."""
-        done: dict[str, Any] = {}
-
-        def poll(wait_s: float):
-            done.update(self.call("wait_results", ids, wait_s))
-            return done if len(done) == len(ids) else None
-
-        self.wait(label, poll, self.opts.item_timeout_s, label, len(ids), lambda: (len(done), ""))
 
     def collect(self, ids: list[str]) -> dict[str, Any]:
         """The results of ``ids`` that finished; the rest are withdrawn. Billed."""
         results = self.call("results", ids)
         self.call("drop", ids)
-        self.bill(results.values())
+        self.watch.bill(results.values())
         return results
-
-    def bill(self, results) -> None:
-        for r in results:
-            self.ledger.busy(ledger_pool(r.pool), r.busy_s)

@@ -96,7 +96,7 @@ def _run_ray(
         tracker = Tracker(cfg, out_dir, enabled=opts.wandb, resume=resume)
         if tracker.url:
             progress.line(log, f"[spotlight] W&B run: {tracker.url}")
-        return drive(cfg, out_dir, ctl, start, version, log, tracker, before_first=ctl.queue.tick)
+        return drive(cfg, out_dir, ctl, start, version, log, tracker, before_first=ctl.watch.tick)
     finally:
         if not opts.keep_cluster_state:
             cleanup()

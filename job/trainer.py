@@ -33,6 +33,7 @@ import json
 import logging
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +116,10 @@ def train_loop(config: dict[str, Any]) -> None:
     last_post = None
     for it in range(start, cfg.num_iterations):
         timeout = config["batch_timeout_s"]
+        meanwhile = None
         if sampler is not None:  # sample rollout items while waiting for the batch
-            (batch_ref,) = sampler.wait(actors.queue, it, version, timeout, last_post)
-        else:
-            (batch_ref,) = protocol.wait_batch(actors.queue, it, timeout, last_post)
+            meanwhile = partial(sampler.sample_waiting, actors.queue, version)
+        (batch_ref,) = protocol.wait_batch(actors.queue, it, timeout, last_post, meanwhile)
         batch = ray.get(batch_ref)
         if batch.get("stop"):  # the run ended before num_iterations
             break

@@ -61,32 +61,16 @@ class TrainerSampler:
             self.reward = serve.get_deployment_handle("RewardScorer", app_name=names.SERVE_APP)
         return self.reward
 
-    def wait(self, queue, iteration: int, version: int, timeout_s: float, repost=None) -> Any:
-        """The batch posted for ``iteration``; meanwhile sample the rollout items of
-        ``version`` that the queue has (``repost`` as in ``protocol.wait_batch``)."""
-        from spotlight.job.protocol import repost_if_restarted, train_batch_key
-
-        key = train_batch_key(iteration)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = ray.get(queue.wait_post.remote(key, 0.0))
-            if value is not None:
-                return value
-            # long-poll for an item (so the trainer takes its share as soon as the rollout is
-            # submitted), then look at the mailbox again
-            pull = queue.pull.remote(
-                self.worker_id, 1, [Kind.ROLLOUT], Pool.TRAINER, MAILBOX_POLL_S
-            )
-            for item in ray.get(pull):
-                if item.weights_version != version:  # not ours to sample: hand it back
-                    ray.get(queue.release.remote(self.worker_id))
-                    continue
-                ray.get(queue.complete.remote(self.sample(queue, item)))
-            repost = repost_if_restarted(queue, repost)
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s"
-                )
+    def sample_waiting(self, queue, version: int) -> None:
+        """Long-poll the queue for one rollout item of ``version`` and sample it: the work
+        the worker does between looks at its mailbox (``protocol.wait_batch``'s
+        ``meanwhile``), so it takes its share as soon as the rollout is submitted."""
+        pull = queue.pull.remote(self.worker_id, 1, [Kind.ROLLOUT], Pool.TRAINER, MAILBOX_POLL_S)
+        for item in ray.get(pull):
+            if item.weights_version != version:  # not ours to sample: hand it back
+                ray.get(queue.release.remote(self.worker_id))
+                continue
+            ray.get(queue.complete.remote(self.sample(queue, item)))
 
     def sample(self, queue, item) -> ItemResult:
         """Sample ``item`` (from its checkpoint, if it has one) and score it."""

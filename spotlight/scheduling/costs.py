@@ -103,6 +103,22 @@ class Ledger:
         self.busy_s = {p: float(d["busy_s"].get(p, 0.0)) for p in POOLS}
 
 
+def ledger_pool(pool: str) -> str:
+    """The ledger's pool of a work item done on ``pool``: the trainer's GPUs (pool
+    ``trainer``, sampling while they wait for the rollout) are on-demand GPUs."""
+    return Pool.ON_DEMAND if pool == Pool.TRAINER else pool
+
+
+def held_gpus(workers_by_pool: dict[str, int], trainer_gpus: int) -> list[tuple[str, int]]:
+    """The GPUs held now, as (ledger pool, GPUs): the sampler replicas of each pool, then the
+    trainer's ``trainer_gpus`` (0 when it is not running) as on-demand. The trainer's workers
+    that pull items (pool ``trainer``) are those same GPUs: not counted twice."""
+    held = [(pool, n) for pool, n in workers_by_pool.items() if pool != Pool.TRAINER]
+    if trainer_gpus:
+        held.append((Pool.ON_DEMAND, trainer_gpus))
+    return held
+
+
 def _check_pool(pool: str) -> None:
     if pool not in POOLS:
         raise ValueError(f"unknown pool {pool!r}; known: {', '.join(POOLS)}")

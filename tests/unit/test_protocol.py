@@ -10,6 +10,7 @@ import pytest
 from spotlight.job import protocol
 from spotlight.job.options import RayOptions
 from spotlight.job.queue_client import QueueClient
+from spotlight.job.run_watch import RunWatch
 from spotlight.scheduling.costs import Ledger, PriceTable
 
 
@@ -68,7 +69,8 @@ def queue(monkeypatch):
 
 def _client(queue) -> QueueClient:
     actors = SimpleNamespace(queue=queue)
-    client = QueueClient(actors, "run-1", RayOptions(), Ledger(PriceTable()), None)
+    watch = RunWatch(lambda: client.call("stats"), Ledger(PriceTable()), RayOptions(), None)
+    client = QueueClient(actors, "run-1", RayOptions(), None, watch)
     client.open()
     return client
 
@@ -116,3 +118,27 @@ def test_the_driver_re_posts_its_batch_and_items_after_a_queue_restart(queue):
     assert client.restarts == 1
     client.call("stats")  # the same run again: nothing more
     assert client.restarts == 1
+
+
+def test_the_trainer_works_between_looks_at_its_mailbox(queue):
+    # with work to do meanwhile (sampling rollout items), the mailbox is read without waiting
+    # and the work runs until the batch is there; a restart meanwhile re-posts the update
+    waits, calls = [], []
+    wait_post = queue.wait_post.remote
+    queue.wait_post = _Call(lambda key, wait_s: waits.append(wait_s) or wait_post(key, wait_s))
+    last = protocol.post_update(queue, 1, {"weights_version": 2})
+
+    def meanwhile():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            queue.restart()
+        if len(calls) == 3:
+            queue._post("train/2", ["batch"])
+
+    assert protocol.wait_batch(queue, 2, 1.0, last, meanwhile) == ["batch"]
+    assert calls == [0, 1, 2]
+    assert waits == [0.0] * 4
+    assert queue.mailbox["update/1"] == {"weights_version": 2}  # re-posted after the restart
+    waits.clear()
+    protocol.wait_batch(queue, 2, 1.0)
+    assert waits == [protocol.MAILBOX_WAIT_S]

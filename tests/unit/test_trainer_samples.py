@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotlight.job.queue_client import ledger_pool
+from spotlight.scheduling.costs import ledger_pool
 from spotlight.scheduling.work_queue import ItemResult, Pool
 from spotlight.training.rollout import samplers_rate
 
