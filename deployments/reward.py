@@ -27,7 +27,10 @@ def reward_scorer(
     return RewardScorer.options(ray_actor_options=actor).bind(reward, threads, idle_priority, model)
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1})
+# graceful_shutdown_wait_loop_s: as the sampler replicas' (deployments/sampler.py)
+@serve.deployment(
+    num_replicas=1, ray_actor_options={"num_cpus": 1}, graceful_shutdown_wait_loop_s=0.2
+)
 class RewardScorer:
     """Scores images with a named reward (``spotlight.rewards``); a model reward loads its
     model once, on this replica's GPU when it has one."""

@@ -100,7 +100,9 @@ def replica_actor_options(
     return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 1})
+# graceful_shutdown_wait_loop_s: on a stop, Serve looks for requests still running this often
+# (its default, 2 s, held each app's delete about 2 s longer than the replicas needed)
+@serve.deployment(ray_actor_options={"num_cpus": 1}, graceful_shutdown_wait_loop_s=0.2)
 class SamplerReplica:
     """Pulls items, samples them with the item's weights version, completes them."""
 

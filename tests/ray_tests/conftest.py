@@ -7,6 +7,7 @@ import os
 import pytest
 
 from ray_tests.helpers import ray_options
+from spotlight.job.cluster import JOB_ENV
 from spotlight.job.options import local_resources
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests only (see ../shared RAY_NOTES)
@@ -26,7 +27,7 @@ def local_ray():
         resources=local_resources(opts),
         namespace=NAMESPACE,
         include_dashboard=False,
-        runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled"}},
+        runtime_env={"env_vars": {**JOB_ENV, "RAY_AUTH_MODE": "disabled"}},
     )
     yield ray
     from ray import serve

@@ -161,26 +161,6 @@ def _group_noise(cfg):
     return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, group_init_noise=True))
 
 
-def test_groups_sharing_their_initial_noise_run_as_the_reference_loop(local_ray, tmp_path):
-    """``sampler.group_init_noise``: the work items carry each group's init seed, so the Ray
-    job samples, scores and trains what the reference loop does."""
-    from spotlight.job.run import run_ray
-
-    cfg = _group_noise(smoke(iterations=2))
-    run_ray(cfg, tmp_path, opts=ray_options())
-    rows = _rows(tmp_path)
-    torch.set_num_threads(1)
-    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
-    for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
-        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
-        assert got["group_reward_std_mean"] == pytest.approx(
-            want["group_reward_std_mean"], abs=1e-6
-        )
-    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    for k, v in ref.policy.state_dict().items():
-        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
-
-
 def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
     local_ray, tmp_path_factory, tmp_path
 ):
@@ -210,12 +190,14 @@ def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, t
     """With ``trainer_samples`` the Ray Train worker takes rollout items while it waits for the
     rollout: some items come from it, and the run still equals the reference loop (the same
     bits whoever samples a seed). With ``grpo.nft_old_ema`` it samples with the old policy
-    swapped in, the bits of the published weights the replicas use."""
+    swapped in, the bits of the published weights the replicas use. Groups share their
+    initial noise (``sampler.group_init_noise``): the items carry each group's init seed to
+    whoever samples them."""
     import dataclasses
 
     from spotlight.job.run import run_ray
 
-    cfg = _nft_ema(smoke(iterations=2)) if ema else smoke(iterations=2)
+    cfg = _group_noise(_nft_ema(smoke(iterations=2)) if ema else smoke(iterations=2))
     cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
     run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
     rows = _rows(tmp_path)
@@ -225,6 +207,9 @@ def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, t
     ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
     for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
         assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+        assert got["group_reward_std_mean"] == pytest.approx(
+            want["group_reward_std_mean"], abs=1e-6
+        )
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
