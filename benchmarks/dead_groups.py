@@ -14,6 +14,12 @@ among random G-subsets and among max-variance subsets of the N, and the mean std
 of a selected group. Writes ``dead-groups-<task>.json`` (with every prompt's N graded scores, so
 the report can be recomputed) and prints a table. A checkpoint whose scores are already in the
 output file is not sampled again (``--force`` samples it anew), and need not exist any more.
+
+``--easy-split CHECKPOINT VARIANT MIN_SUCCESS PATH`` also writes a prompt file
+(``Config.prompt_file``) of the prompts that checkpoint gets right at least ``MIN_SUCCESS`` of
+the time under that variant: every fourth of them (in the task's order) for validation, the rest
+for training. Training from that checkpoint on those prompts starts where most of its groups
+are all-correct or nearly, the saturated side of a binary reward.
 """
 
 from __future__ import annotations
@@ -102,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also write one checkpoint's rewards under one variant as an eval.json-style prompt"
         " population (per_prompt rewards: the simulator's --prompts-file)",
     )
+    ap.add_argument(
+        "--easy-split",
+        nargs=4,
+        metavar=("CHECKPOINT", "VARIANT", "MIN_SUCCESS", "PATH"),
+        help="also write a prompt file (Config.prompt_file) of the prompts CHECKPOINT gets right"
+        " at least MIN_SUCCESS of the time under VARIANT (every fourth for validation)",
+    )
     args = ap.parse_args(argv)
     if args.num_seeds < args.group:
         ap.error(f"--num-seeds ({args.num_seeds}) must be >= --group ({args.group})")
@@ -162,7 +175,55 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[dead-groups] -> {path}")
     if args.population:
         write_population(doc, prompts, *args.population)
+    if args.easy_split:
+        write_easy_split(doc, prompts, *args.easy_split)
     return 0
+
+
+def easy_split(
+    prompts: list[str], rewards: list[list[float]], min_success: float
+) -> tuple[list[str], list[str], list[float]]:
+    """The prompts whose mean binary reward is at least ``min_success``, in order: (train,
+    val, their success rates); every fourth of them is a validation prompt."""
+    easy = [(p, float(np.mean(r))) for p, r in zip(prompts, rewards, strict=True)]
+    easy = [(p, rate) for p, rate in easy if rate >= min_success]
+    train = [p for k, (p, _) in enumerate(easy) if k % 4 != 3]
+    val = [p for k, (p, _) in enumerate(easy) if k % 4 == 3]
+    return train, val, [rate for _, rate in easy]
+
+
+def write_easy_split(
+    doc: dict, prompts: list[str], checkpoint: str, variant: str, min_success: str, path: str
+) -> None:
+    named = {c["name"]: c for c in doc["checkpoints"]}
+    if checkpoint not in named or VARIANTS.get(variant) is None:
+        raise SystemExit(
+            f"--easy-split {checkpoint} {variant}: checkpoints {sorted(named)}, binary variants"
+            f" {sorted(v for v, t in VARIANTS.items() if t is not None)}"
+        )
+    rewards = variant_rewards(named[checkpoint]["scores"], VARIANTS[variant])
+    train, val, rates = easy_split(prompts, rewards, float(min_success))
+    if len(train) < 2 or not val:
+        raise SystemExit(
+            f"--easy-split: {len(rates)} prompt(s) at or above {min_success}: too few to split"
+        )
+    split = {
+        "command": doc["command"],
+        "task": doc["task"],
+        "checkpoint": named[checkpoint]["path"],
+        "reward": variant,
+        "min_success": float(min_success),
+        "num_seeds": doc["num_seeds"],
+        "success_mean": float(np.mean(rates)),
+        "train": train,
+        "val": val,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(split, indent=1) + "\n")
+    print(
+        f"[dead-groups] {checkpoint} under {variant}: {len(rates)} prompts at >= {min_success}"
+        f" (mean {split['success_mean']:.3f}): {len(train)} train, {len(val)} val -> {path}"
+    )
 
 
 def write_population(doc: dict, prompts: list[str], checkpoint: str, variant: str, path: str):

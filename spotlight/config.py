@@ -335,6 +335,11 @@ class Config:
     path under /shared/models; spotlight.rewards). Nothing is ever downloaded."""
     task: str | None = None
     """Task whose train/val prompt splits are used (None: built-in random-word prompts)."""
+    prompt_file: str | None = None
+    """A JSON file ``{"train": [...], "val": [...]}`` whose prompts replace the task's splits
+    (disjoint; each capped by ``num_train_prompts`` / ``num_val_prompts``): a subset of the
+    task's words, say (``benchmarks/dead_groups.py --easy-split`` writes one). The task still
+    draws and scores them. None: the task's splits."""
     num_iterations: int = 20
     """Training iterations."""
     num_prompts_per_iteration: int = 4

@@ -37,7 +37,7 @@ from spotlight.flow.streams import (
 )
 from spotlight.flow.update import grpo_update, training_state
 from spotlight.policies.base import Policy
-from spotlight.prompts import word_prompts
+from spotlight.prompts import read_prompt_file, word_prompts
 from spotlight.rewards import Reward
 from spotlight.scheduling.work_queue import ItemResult, Pool, WorkItem
 from spotlight.tasks import get_task
@@ -131,8 +131,12 @@ def update_seed(cfg: Config, iteration: int) -> int:
 def prompt_sets(cfg: Config) -> tuple[list[str], list[str]]:
     """Training pool and validation prompts (disjoint).
 
-    From the task's splits when ``cfg.task`` is set, else built-in random-word prompts.
+    From ``cfg.prompt_file`` when set, else the task's splits when ``cfg.task`` is set, else
+    built-in random-word prompts.
     """
+    if cfg.prompt_file is not None:
+        train, val = read_prompt_file(cfg.prompt_file)
+        return train[: cfg.num_train_prompts], val[: cfg.num_val_prompts]
     if cfg.task is not None:
         task = get_task(cfg.task)
         return (

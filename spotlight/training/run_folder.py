@@ -40,10 +40,14 @@ job's bandit-state actor persists them there, the local runner writes them itsel
 
 def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
     """Cheap checks of a run's inputs, before any model is built or Ray starts: the run folder
-    to resume (its checkpoint's recipe and checksum) and the tiny policy's starting checkpoint
-    (a tiny-policy file whose images are the task's shape)."""
+    to resume (its checkpoint's recipe and checksum), the prompt file, and the tiny policy's
+    starting checkpoint (a tiny-policy file whose images are the task's shape)."""
     if resume:
         read_checkpoint_state(out_dir, cfg.recipe)
+    if cfg.prompt_file is not None:
+        from spotlight.prompts import read_prompt_file
+
+        read_prompt_file(cfg.prompt_file)
     if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
         from spotlight.policies.tiny import checkpoint_metadata
 

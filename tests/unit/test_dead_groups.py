@@ -99,7 +99,35 @@ def test_the_screen_reuses_stored_scores_of_a_checkpoint_that_is_gone(tmp_path, 
     )
     per_prompt = json.loads(population.read_text())["per_prompt"]
     assert [p["rewards"] for p in per_prompt] == [[0.0, 0.0, 1.0, 1.0]] * 2
+    # two easy prompts cannot make a training and a validation split: refused, nothing written
+    easy = tmp_path / "easy.json"
+    with pytest.raises(SystemExit, match="too few to split"):
+        main([*args, "--checkpoint", ck, "--easy-split", "gone", "ocr-1of3", "0.75", str(easy)])
+    assert not easy.exists()
     # a missing file whose scores are not stored is refused before anything runs
     with pytest.raises(SystemExit):
         main([*args, "--checkpoint", "other=runs/other.safetensors"])
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_easy_split_keeps_the_prompts_drawn_right_and_every_fourth_for_validation(tmp_path):
+    import json
+    import runpy
+    from pathlib import Path
+
+    from spotlight.prompts import read_prompt_file
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "dead_groups.py"
+    ns = runpy.run_path(str(script))
+    prompts = [f"p{k}" for k in range(10)]
+    rewards = [[1.0, 1.0, 1.0, 0.0] if k % 5 else [0.0, 0.0, 1.0, 0.0] for k in range(10)]
+    train, val, rates = ns["easy_split"](prompts, rewards, 0.75)
+    assert rates == [0.75] * 8  # p0 and p5 are hard
+    assert val == ["p4", "p9"]  # the 4th and 8th easy prompts
+    assert train == ["p1", "p2", "p3", "p6", "p7", "p8"]
+    doc = {"command": "c", "task": "ocr-mini", "num_seeds": 4, "checkpoints": []}
+    doc["checkpoints"].append({"name": "t", "path": "t.safetensors", "scores": rewards})
+    path = tmp_path / "easy.json"
+    ns["write_easy_split"](doc, prompts, "t", "ocr-exact", "0.75", str(path))
+    assert read_prompt_file(str(path)) == (train, val)
+    assert json.loads(path.read_text())["checkpoint"] == "t.safetensors"
