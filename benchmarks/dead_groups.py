@@ -192,66 +192,63 @@ def easy_split(
     return train, val, [rate for _, rate in easy]
 
 
+def checkpoint_rewards(doc: dict, flag: str, checkpoint: str, variant: str, binary: bool):
+    """(the header of a file written from one checkpoint's rewards under ``variant``, the
+    rewards); ``flag`` names the option in the error that refuses an unknown pair."""
+    named = {c["name"]: c for c in doc["checkpoints"]}
+    known = [v for v, t in VARIANTS.items() if t is not None or not binary]
+    if checkpoint not in named or variant not in known:
+        raise SystemExit(
+            f"{flag} {checkpoint} {variant}: checkpoints {sorted(named)}, variants {sorted(known)}"
+        )
+    header = {
+        "command": doc["command"],
+        "task": doc["task"],
+        "checkpoint": named[checkpoint]["path"],
+        "reward": variant,
+        "num_seeds": doc["num_seeds"],
+    }
+    return header, variant_rewards(named[checkpoint]["scores"], VARIANTS[variant])
+
+
+def write_json(path: str, doc: dict, indent: int | None = None) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=indent) + "\n")
+
+
 def write_easy_split(
     doc: dict, prompts: list[str], checkpoint: str, variant: str, min_success: str, path: str
 ) -> None:
-    named = {c["name"]: c for c in doc["checkpoints"]}
-    if checkpoint not in named or VARIANTS.get(variant) is None:
-        raise SystemExit(
-            f"--easy-split {checkpoint} {variant}: checkpoints {sorted(named)}, binary variants"
-            f" {sorted(v for v, t in VARIANTS.items() if t is not None)}"
-        )
-    rewards = variant_rewards(named[checkpoint]["scores"], VARIANTS[variant])
+    header, rewards = checkpoint_rewards(doc, "--easy-split", checkpoint, variant, binary=True)
     train, val, rates = easy_split(prompts, rewards, float(min_success))
     if len(train) < 2 or not val:
         raise SystemExit(
             f"--easy-split: {len(rates)} prompt(s) at or above {min_success}: too few to split"
         )
-    split = {
-        "command": doc["command"],
-        "task": doc["task"],
-        "checkpoint": named[checkpoint]["path"],
-        "reward": variant,
-        "min_success": float(min_success),
-        "num_seeds": doc["num_seeds"],
-        "success_mean": float(np.mean(rates)),
-        "train": train,
-        "val": val,
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(split, indent=1) + "\n")
+    mean = float(np.mean(rates))
+    split = {**header, "min_success": float(min_success), "success_mean": mean}
+    write_json(path, {**split, "train": train, "val": val}, indent=1)
     print(
         f"[dead-groups] {checkpoint} under {variant}: {len(rates)} prompts at >= {min_success}"
-        f" (mean {split['success_mean']:.3f}): {len(train)} train, {len(val)} val -> {path}"
+        f" (mean {mean:.3f}): {len(train)} train, {len(val)} val -> {path}"
     )
 
 
 def write_population(doc: dict, prompts: list[str], checkpoint: str, variant: str, path: str):
     """One checkpoint's per-prompt rewards under ``variant``, in the ``per_prompt`` layout of
     ``spotlight eval``'s eval.json (what spotlight.sim.sim_rewards fits)."""
-    named = {c["name"]: c for c in doc["checkpoints"]}
-    if checkpoint not in named or variant not in VARIANTS:
-        raise SystemExit(
-            f"--population {checkpoint} {variant}: checkpoints {sorted(named)}, variants"
-            f" {sorted(VARIANTS)}"
-        )
-    rewards = variant_rewards(named[checkpoint]["scores"], VARIANTS[variant])
+    header, rewards = checkpoint_rewards(doc, "--population", checkpoint, variant, binary=False)
     seeds = list(range(doc["num_seeds"]))
     population = {
-        "command": doc["command"],
-        "task": doc["task"],
-        "checkpoint": named[checkpoint]["path"],
-        "reward": variant,
+        **header,
         "num_prompts": len(rewards),
-        "num_seeds": doc["num_seeds"],
         "mean_reward": float(np.mean(rewards)),
         "per_prompt": [
             {"prompt": p, "seeds": seeds, "rewards": r}
             for p, r in zip(prompts, rewards, strict=True)
         ],
     }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(population) + "\n")
+    write_json(path, population)
     print(f"[dead-groups] {checkpoint} under {variant}: population -> {path}")
 
 
