@@ -68,21 +68,6 @@ def test_iterations_through_serve_train_and_actors_match_the_reference_loop(loca
         local_ray.get_actor(REQUEST_QUEUE, namespace=NAMESPACE)
 
 
-def test_two_data_parallel_train_workers_give_the_single_process_update(local_ray, tmp_path):
-    from spotlight.job.run import run_ray
-
-    cfg = smoke(iterations=1)
-    run_ray(cfg, tmp_path, opts=ray_options(num_train_workers=2))
-    rows = _rows(tmp_path)
-    assert rows[0]["weights_version"] == 1
-    torch.set_num_threads(1)
-    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
-    ref.run_iteration(0)
-    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    for k, v in ref.policy.state_dict().items():  # all-reduced halves = the full batch
-        torch.testing.assert_close(trained[k], v, atol=1e-5, rtol=1e-4)
-
-
 def test_a_job_the_cluster_can_never_hold_is_refused_before_work(local_ray, tmp_path, monkeypatch):
     """Live nodes only: refused. With an autoscaler whose node types can hold it: waited for,
     and said so. With node types that never can: refused, naming the shortfall and the flag."""
@@ -130,29 +115,6 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "REFUSED" in out.stdout and "'spot' or 'on_demand'" in out.stdout, out.stderr[-2000:]
-
-
-def test_spot_exploration_picks_high_contrast_seeds_while_the_trainer_trains(local_ray, tmp_path):
-    from spotlight.config import ExplorationConfig
-    from spotlight.job.run import run_ray
-
-    explore = ExplorationConfig(mode="spot", budget_scale=100.0, max_candidates=16)
-    # At idle priority the replicas would get no CPU while the trainer trains on these shared
-    # cores (docs/tasks.md, "The default run"); this test is about the exploration itself.
-    opts = ray_options(sampler_idle_priority=False)
-    run_ray(smoke(iterations=3, exploration=explore), tmp_path, opts=opts)
-    rows = _rows(tmp_path)
-    assert "explore_prompts" not in rows[0]  # nothing was explored before the first update
-    explored = [r for r in rows[1:] if r.get("explore_prompts", 0) > 0]
-    assert explored, rows
-    for r in explored:
-        assert r["explore_budget_predicted"] > 0 and r["seeds_explored"] > 0
-        assert r["explore_weights_version"] == r["weights_version"] - 2  # one version stale
-        # The max-variance subset is at least as varied as the random first G seeds.
-        assert r["explored_selected_group_std"] >= r["explored_random_group_std"] - 1e-12
-        assert "rank_spearman_stale_fresh" in r
-    state = json.loads((tmp_path / "bandit_state.json").read_text())
-    assert state["planner"]["arms"]  # the planner learned and persisted its statistics
 
 
 def _group_noise(cfg):
@@ -234,10 +196,12 @@ def _nft_ema(cfg):
 def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference_loop(
     local_ray, tmp_path
 ):
-    """DiffusionNFT's EMA old policy: the replicas sample and validate with the published
-    (old) weights, both trainer workers keep the same old copy, the controller checkpoints
-    trained weights and old policy, and a resumed driver restores both: rewards, trained
-    weights and old policy are the reference loop's."""
+    """DiffusionNFT's EMA old policy on two data-parallel trainer workers: the replicas sample
+    and validate with the published (old) weights, both workers keep the same old copy, their
+    all-reduced halves make the full batch's update, the controller checkpoints trained
+    weights and old policy, and a resumed driver restores both: rewards, trained weights and
+    old policy are the reference loop's (each loss's data-parallel update:
+    tests/unit/test_update_data_parallel.py)."""
     import dataclasses
 
     from spotlight.flow.old_policy import OldPolicy
@@ -274,7 +238,9 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
 
 def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_ray, tmp_path):
     """With a fixed budget, spot exploration is the same decisions on both runners: the same
-    candidates on the same weights, the same selected seeds, so the same training."""
+    candidates on the same weights, the same selected seeds, so the same training. On Ray the
+    exploration of iteration t + 1 runs on the replicas while the trainer trains (one version
+    stale) and picks groups at least as varied as the random ones."""
     from spotlight.config import ExplorationConfig
     from spotlight.job.run import run_ray
     from spotlight.training.run_local import run_local
@@ -286,6 +252,13 @@ def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_
     run_local(cfg, tmp_path / "local")
     ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
     assert [r.get("seeds_explored") for r in ray_rows] == [None, 16, 16]
+    assert "explore_prompts" not in ray_rows[0]  # nothing was explored before the first update
+    for r in ray_rows[1:]:
+        assert r["explore_budget_predicted"] > 0 and r["seeds_explored"] > 0
+        assert r["explore_weights_version"] == r["weights_version"] - 2  # one version stale
+        # The max-variance subset is at least as varied as the random first G seeds.
+        assert r["explored_selected_group_std"] >= r["explored_random_group_std"] - 1e-12
+        assert "rank_spearman_stale_fresh" in r
     for got, want in zip(ray_rows, local_rows, strict=True):
         for key in ("explore_prompts", "explore_fallback_prompts", "seeds_explored"):
             assert got.get(key) == want.get(key), key
