@@ -9,13 +9,16 @@ Each run is the local runner (``spotlight train --runner local``) on the recipe 
 k = 0, 1, 2), validating every ``--val-every`` iterations and stopping at its first validation at
 or above its starting one + ``--target-delta``, or after ``--iterations`` or ``--max-wall-min``.
 A one-step-stale pipeline trains iteration t on a rollout sampled with the weights before
-update t - 1, which is ``stale1``. Finished runs (their ``summary.json``) are reused; an
-unfinished one runs again from its start (a stale run does not resume).
+update t - 1, which is ``stale1``. Finished runs (their ``summary.json``) are reused, and with
+``--reuse REPORT`` the runs an earlier report holds with the same config (so a bench can go on
+from its committed report when the run folders are gone); an unfinished one runs again from
+its start (a stale run does not resume).
 
 Writes ``staleness-<task>.json``: ``command``, ``task``, ``target_delta``, ``arms`` (per arm its
 ``runs``, each ``seed``, ``iterations_to_target``, ``val_gain_per_iteration``, the validation
-curve; and ``iterations_to_target_mean``, where a run that missed the target counts the
-iterations it ran, so the mean is then a lower bound, and ``reached``) and
+curve, the run's other figures and its config; and ``iterations_to_target_mean``, where a run
+that missed the target counts the iterations it ran, so the mean is then a lower bound, and
+``reached``) and
 ``async_staleness_factor`` = mean iterations on-policy / mean iterations ``stale1``, clamped to
 (0, 1] (the simulator's ``LearningModel.async_staleness_factor``); and ``staleness-<task>.png``.
 One run at a time.
@@ -30,7 +33,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from spotlight.bench import summarize_runs
+from spotlight.bench import reusable_record, summarize_runs
 from spotlight.config import Config, apply_overrides
 from spotlight.recipes import RECIPES, get_recipe
 
@@ -54,7 +57,9 @@ def run_config(args: argparse.Namespace, seed: int, staleness: int) -> Config:
     return cfg
 
 
-def one_run(args: argparse.Namespace, arm: str, seed: int) -> Path:
+def one_run(args: argparse.Namespace, arm: str, seed: int, records: dict) -> Path | dict:
+    """The run's folder, finished; or the record of ``records`` (an earlier report's runs, by
+    name) that ran the same config."""
     from spotlight.training.run_local import run_local
 
     out = Path(args.runs) / f"{arm}-seed{seed}"
@@ -63,6 +68,9 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> Path:
     if done.exists() and json.loads((out / "config.json").read_text()) == cfg.to_dict():
         print(f"[staleness] {out}: finished, reused", flush=True)
         return out
+    if (record := reusable_record(records, out.name, cfg)) is not None:
+        print(f"[staleness] {out.name}: reused from {args.reuse}", flush=True)
+        return record
     if out.exists():  # unfinished, or another config: again from the start
         import shutil
 
@@ -72,23 +80,30 @@ def one_run(args: argparse.Namespace, arm: str, seed: int) -> Path:
     return out
 
 
-def report(args: argparse.Namespace, runs: dict[str, list[Path]], argv: list[str]) -> dict:
+def report_records(path: str | None) -> dict[str, dict]:
+    """The runs of an earlier ``staleness-<task>.json``, by run name (none without a path)."""
+    if path is None:
+        return {}
+    doc = json.loads(Path(path).read_text())
+    return {r["run"]: r for arm in doc["arms"].values() for r in arm["runs"] if "run" in r}
+
+
+def report(args: argparse.Namespace, runs: dict[str, list], argv: list[str]) -> dict:
     figures = summarize_runs(runs, args.target_delta)["modes"]
     arms = {}
     for arm in runs:
         rows = []
         for seed, run in zip(args.seeds, figures[arm]["runs"], strict=True):
             ran = run["val_curve"][-1][0]
-            rows.append(
-                {
-                    "seed": seed,
-                    "iterations_to_target": run["iterations_to_target"],
-                    "val_gain_per_iteration": run["val_gain_per_iteration"],
-                    "iterations_run": ran,
-                    "initial_val_reward": run["initial_val_reward"],
-                    "val_curve": run["val_curve"],
-                }
-            )
+            first = {
+                "seed": seed,
+                "iterations_to_target": run["iterations_to_target"],
+                "val_gain_per_iteration": run["val_gain_per_iteration"],
+                "iterations_run": ran,
+                "initial_val_reward": run["initial_val_reward"],
+                "val_curve": run["val_curve"],
+            }
+            rows.append({**first, **{k: v for k, v in run.items() if k not in first}})
         counted = [r["iterations_to_target"] or r["iterations_run"] for r in rows]
         arms[arm] = {
             "runs": rows,
@@ -144,9 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE, repeatable")
     ap.add_argument("--runs", default="runs/staleness")
     ap.add_argument("--out", default="docs/bench")
+    ap.add_argument(
+        "--reuse",
+        default=None,
+        metavar="REPORT",
+        help="an earlier staleness-<task>.json whose runs of the same config are reused",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
-    runs = {arm: [one_run(args, arm, seed) for seed in args.seeds] for arm in args.arms}
+    records = report_records(args.reuse)
+    runs = {arm: [one_run(args, arm, seed, records) for seed in args.seeds] for arm in args.arms}
     doc = report(args, runs, argv)
     task = doc["task"] or args.recipe
     out = Path(args.out)

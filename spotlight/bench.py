@@ -135,7 +135,7 @@ def _finished(out: Path, mode: str, seed: int, cfg: Config, reuse) -> Run | None
     _check_same_config(run_dir, cfg)
     if (run_dir / SUMMARY).exists():
         return run_dir
-    return _reusable(reuse, run_dir.name, cfg)
+    return reusable_record(reuse, run_dir.name, cfg)
 
 
 def report_records(path: Path) -> dict[str, dict[str, Any]]:
@@ -144,7 +144,7 @@ def report_records(path: Path) -> dict[str, dict[str, Any]]:
     return {r["run"]: r for m in doc["modes"].values() for r in m["runs"]}
 
 
-def _reusable(reuse: dict[str, dict[str, Any]] | None, name: str, cfg: Config):
+def reusable_record(reuse: dict[str, dict[str, Any]] | None, name: str, cfg: Config):
     """The record of run ``name`` in ``reuse`` if it ran ``cfg`` (records without a config,
     from reports written before records held one, are not reused)."""
     record = (reuse or {}).get(name)

@@ -30,3 +30,19 @@ def test_the_staleness_bench_reports_each_arm_and_the_factor(tmp_path, capsys):
     capsys.readouterr()
     assert bench["main"](argv) == 0  # finished runs are reused, not run again
     assert "finished, reused" in capsys.readouterr().out
+
+    # The report alone, its run folders gone: --reuse takes its runs of the same config
+    import shutil
+
+    report = tmp_path / "report.json"
+    shutil.copy(tmp_path / "staleness-tiny-smoke.json", report)
+    shutil.rmtree(tmp_path / "runs")
+    assert bench["main"]([*argv, "--reuse", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"reused from {report}") == 2
+    again = json.loads((tmp_path / "staleness-tiny-smoke.json").read_text())
+    assert again["arms"] == doc["arms"]
+    assert not (tmp_path / "runs").exists()  # nothing ran
+    # another config is not taken from the report: that run runs
+    assert bench["main"]([*argv, "--iterations", "2", "--reuse", str(report)]) == 0
+    assert "reused from" not in capsys.readouterr().out
