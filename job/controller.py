@@ -15,6 +15,11 @@ and calls :meth:`Controller.iteration` once per iteration:
 5. ``_await_update``: the trainer's update (weights ``v_t + 1``); what exploration finished
    meanwhile selects the next iteration's seeds.
 
+With ``schedule="pipelined"`` (:meth:`Controller.pipelined_iteration`,
+:mod:`spotlight.training.pipeline`) step 2 waits for the rollout submitted during the last
+update (on ``v_t - 1``, its candidates with it) and selects among its candidates, and step 4
+submits the next iteration's rollout on ``v_t``.
+
 The decisions are pure and shared with the local runner (``spotlight.training.rollout``,
 ``spotlight.training.loop``, and exploration's in ``spotlight.explore.strategy``); the queue's
 plumbing is :mod:`.queue_client`, the waits :mod:`.run_watch`. A restarted driver
@@ -34,6 +39,7 @@ from spotlight import progress
 from spotlight.config import Config
 from spotlight.job import launch, protocol
 from spotlight.job.options import RayOptions
+from spotlight.job.pipeline import Pipeline
 from spotlight.job.queue_client import QueueClient
 from spotlight.job.run_watch import RunWatch
 from spotlight.scheduling.costs import Ledger
@@ -46,7 +52,7 @@ from spotlight.training.loop import (
     score_groups,
     update_seed,
 )
-from spotlight.training.rollout import RolloutPlan, chunks, plan_rollout, samplers_rate
+from spotlight.training.rollout import RolloutPlan, plan_rollout, samplers_rate, work_items
 from spotlight.training.run_folder import (
     BANDIT_FILE,
     CKPT_DIR,
@@ -54,9 +60,11 @@ from spotlight.training.run_folder import (
     atomic,
     read_checkpoint_state,
     read_old_policy,
+    read_pending_rollout,
     sha256,
     write_json,
     write_old_policy,
+    write_pending_rollout,
 )
 
 
@@ -100,6 +108,8 @@ class Controller:
         """The optimizer state of the last update, written by the next checkpoint."""
         self.val_samples: tuple = (None, [], [])
         """Images, prompts and seeds of the last validation's first item (logged to W&B)."""
+        self.pipeline: Pipeline | None = None
+        """``schedule="pipelined"``: the next iteration's rollout (after :meth:`start`)."""
 
     # -- Setup ---------------------------------------------------------------------------
     def start(self, resume: bool) -> tuple[int, int]:
@@ -120,6 +130,7 @@ class Controller:
             self.created,
         )
         self.queue = QueueClient(self.actors, self.run_id, self.opts, self.log, self.watch)
+        self.pipeline = Pipeline(self.cfg, self.train_prompts, self.queue)
         kept = self.queue.open()
         ray.get(self.actors.queue.clear_mailbox.remote())
         ray.get(self.actors.broadcast.clear.remote())
@@ -151,33 +162,57 @@ class Controller:
         t0 = time.perf_counter()
         self.queue.wait_version(version)  # the weights v_t are published
         prompts, seeds, init = iteration_batch(self.cfg, self.train_prompts, it, True)
-        selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
+        pipelined = self.cfg.schedule == "pipelined"
+        if pipelined:  # 1.-2. the rollout submitted during the last update, its candidates
+            exp, results, rolled = self.pipeline.take(it, lambda: self._plan_next(it, version))
+            candidates = {i: results[i] for i in exp.all_item_ids()}
+            selection, extra = self.explore.pipelined_selected(exp, candidates)
+        else:
+            selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
+        chosen = {} if selection is None else selection.trajectories
         plan = plan_rollout(  # 1. the batch, with exploration's seeds in place
             prompts,
             seeds,
             self.cfg.grpo.group_size,
             selection.seeds if selection is not None else None,
-            set(selection.trajectories) if selection is not None else set(),
+            set(chosen),
             init,
         )
-        results, rewards, trajectories = self._rollout(plan, selection, it, version)  # 2.
+        if not pipelined:
+            results, rolled = self._rollout(plan, it, version)  # 2.
+        rewards = plan.assemble(rolled[0], {p: selection.selected_rewards[p] for p in chosen})
+        trajectories = plan.assemble(rolled[1], dict(chosen))
         advantages, group_stats = self._advantages(plan, rewards, selection, extra, it)
         t1 = time.perf_counter()
         sample_s = t1 - t0
         rate = samplers_rate(
             results.values(),
-            len(plan.to_sample),
+            sum(len(r.rewards) for r in results.values()),
             sample_s,
-            self.opts.trainer_samples,
+            self.opts.trainer_samples or pipelined,  # a pipeline's wait is not its rate
             self.watch.stats.get("workers_by_pool", {}),
         )
         self.explore.measured(sample_s, rate)
         self._post_batch(it, trajectories, advantages)  # 3. the trainer trains on it
         exploration = self._explore_next(it, version)  # 4. exploration meanwhile
+        if pipelined and it + 1 < self.cfg.num_iterations:  # 4. the next rollout meanwhile
+            self.pipeline.submit(self._plan_next(it + 1, version))
         update = self._await_update(it, exploration)  # 5. the next weights
-        return self._metrics(
+        row = self._metrics(
             it, update, group_stats, len(trajectories), results, extra, t1, sample_s
         )
+        if pipelined:
+            row.update(
+                schedule="pipelined",
+                rollout_weights_version=exp.weights_version,
+                rollout_lag=version - exp.weights_version,
+            )
+        return row
+
+    def _plan_next(self, it: int, version: int):
+        """The candidates of iteration ``it``'s pipelined rollout on weights ``version``."""
+        batch = group_batch(self.cfg, self.train_prompts, it)
+        return self.explore.plan_pipelined(it, version, *batch)
 
     def _seeds_chosen(self, it: int, version: int, unique: list[str]):
         """Step 1's seeds: the critical path explores now; spot exploration chose them during
@@ -187,18 +222,22 @@ class Controller:
             selection, extra = self._explore_now(it, version, unique)
         return selection, extra
 
-    def _rollout(self, plan: RolloutPlan, selection, it: int, version: int):
+    def _rollout(self, plan: RolloutPlan, it: int, version: int):
         """Step 2: sample what is not sampled yet (critical-path selections are on these
-        weights); returns the items' results and the batch's rewards and trajectories."""
-        items = self._chunk_items(
-            plan.to_sample, f"r{it}-v{version}", Kind.ROLLOUT, it, version, plan.to_sample_init
+        weights); returns the items' results and their rewards and trajectories, in order."""
+        items = work_items(
+            plan.to_sample,
+            f"r{it}-v{version}",
+            Kind.ROLLOUT,
+            it,
+            version,
+            self.cfg.sampler.batch_size,
+            plan.to_sample_init,
         )
         results = self.queue.run_items(items, f"iteration {it + 1} rollout") if items else {}
         rolled_r = [r for item in items for r in results[item.item_id].rewards]
         rolled_t = [t for item in items for t in results[item.item_id].trajectories]
-        sel_r = {p: selection.selected_rewards[p] for p in plan.reused}
-        sel_t = {p: selection.trajectories[p] for p in plan.reused}
-        return results, plan.assemble(rolled_r, sel_r), plan.assemble(rolled_t, sel_t)
+        return results, (rolled_r, rolled_t)
 
     def _advantages(self, plan: RolloutPlan, rewards, selection, extra, it: int):
         """Exploration learns from the rollout's rewards (``ExplorationStrategy.rollout_scored``)
@@ -271,16 +310,6 @@ class Controller:
         }
 
     # -- Exploration ---------------------------------------------------------------------
-    def _chunk_items(self, flat, prefix: str, kind: str, it: int, version: int, init=None):
-        """``flat`` (prompt, seed) samples (and their ``init`` seeds, when groups share their
-        noise) as work items of ``sampler.batch_size``."""
-        from spotlight.scheduling.work_queue import WorkItem
-
-        return [
-            WorkItem(f"{prefix}-{k}", kind, it, version, ps, ss, init_seeds=ii)
-            for k, (ps, ss, ii) in enumerate(chunks(flat, self.cfg.sampler.batch_size, init))
-        ]
-
     def _collect_exploration(self, exp, fresh_version: int) -> None:
         """Take what finished (unfinished items are withdrawn); the strategy selects."""
         ids = exp.all_item_ids()
@@ -302,7 +331,9 @@ class Controller:
         """Mean validation reward (seeds 0..S-1 per prompt) through the sampler replicas."""
         self.queue.wait_version(version)
         flat = [(p, s) for p in self.val_prompts for s in range(self.cfg.num_val_seeds)]
-        items = self._chunk_items(flat, f"v{it}-v{version}", Kind.VAL, it, version)
+        items = work_items(
+            flat, f"v{it}-v{version}", Kind.VAL, it, version, self.cfg.sampler.batch_size
+        )
         results = self.queue.run_items(items, f"validation at v{version}")
         rewards = [r for item in items for r in results[item.item_id].rewards]
         first = results[items[0].item_id]
@@ -356,10 +387,11 @@ class Controller:
         header, (ref,) = ray.get(self.actors.broadcast.get.remote(version))
         data = ray.get(ref)
         unpack_state(data, header)  # verify before it becomes the run's checkpoint
-        opt, old = self._pending_optimizer, None
+        opt, old, rollout = self._pending_optimizer, None, None
         parts = unpack_parts(opt)
-        if parts is not None:  # nft_old_ema: the trained weights came with the optimizer
-            data, opt, old = parts["policy"], parts["optimizer"], parts["old_policy"]
+        if parts is not None:  # the trained weights came with the optimizer (see the trainer)
+            data, opt = parts["policy"], parts["optimizer"]
+            old, rollout = parts.get("old_policy"), parts.get("rollout_weights")
         atomic(ckpt / "policy.safetensors", lambda p: p.write_bytes(data))
         atomic(ckpt / "optimizer.pt", lambda p: p.write_bytes(opt))
         state = {
@@ -373,11 +405,17 @@ class Controller:
         }
         if old is not None:
             write_old_policy(ckpt, old, state)
+        pending = self.pipeline.state()
+        if pending is not None:  # pipelined: the next rollout
+            if rollout is None:
+                raise RuntimeError("the trainer posted no rollout weights for the next rollout")
+            write_pending_rollout(ckpt, pending, rollout, state)
         write_json(ckpt / "state.json", state)
 
-    def _load_checkpoint(self) -> tuple[int, int, tuple[bytes, ...]]:
+    def _load_checkpoint(self) -> tuple[int, int, dict[str, bytes]]:
         """(iterations done, weights version, the trainer's start: the trained weights and
-        the optimizer state, and with ``grpo.nft_old_ema`` the old policy's bytes)."""
+        the optimizer state, with ``grpo.nft_old_ema`` the old policy's bytes, and for a
+        pipelined run the weights of its next rollout)."""
         state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
         ckpt = self.out_dir / CKPT_DIR
         self.explore.load_state(state.get("next_selection"))
@@ -388,7 +426,10 @@ class Controller:
             self.queue.items_lost = c.get("items_lost", 0)
             self.queue.restarts = c.get("queue_restarts", 0)
             self._counter_base = {k: v for k, v in c.items() if k in QUEUE_COUNTERS}
-        initial = ((ckpt / "policy.safetensors").read_bytes(), (ckpt / "optimizer.pt").read_bytes())
+        initial = {
+            "policy": (ckpt / "policy.safetensors").read_bytes(),
+            "optimizer": (ckpt / "optimizer.pt").read_bytes(),
+        }
         old = read_old_policy(self.out_dir, state)
         if (old is not None) != self.cfg.grpo.nft_old_ema:
             raise ValueError(
@@ -396,7 +437,13 @@ class Controller:
                 f" policy but the run has grpo.nft_old_ema {self.cfg.grpo.nft_old_ema}"
             )
         if old is not None:
-            initial = (*initial, old)
+            initial["old_policy"] = old
+        pending = read_pending_rollout(self.out_dir, state)
+        if pending is not None and self.cfg.schedule == "pipelined":
+            from spotlight.explore.exploration import Exploration
+
+            self.pipeline.resumed = Exploration.from_state(pending[0])
+            initial["rollout_weights"] = pending[1]
         return state["iterations_done"], state["weights_version"], initial
 
     def figures(self) -> dict[str, Any]:
@@ -414,6 +461,7 @@ class Controller:
         the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
         if next_it < self.cfg.num_iterations:  # else its loop ends by itself
             protocol.post_stop(self.queue, next_it)
+        self.pipeline.withdraw()
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Wait for the trainer's end; the summary gets the cost, the fault counters and where

@@ -135,11 +135,12 @@ def start_trainer(
     run_id: str,
     start: int,
     version: int,
-    initial: tuple[bytes, ...] | None,
+    initial: dict[str, bytes] | None,
 ) -> TrainerRun:
     """Fit a ``TorchTrainer`` of :func:`spotlight.job.trainer.train_loop` on a thread, from
-    iteration ``start`` and weights ``version`` (``initial``: the run's checkpoint bytes,
-    trained weights and optimizer state, and the old policy with ``grpo.nft_old_ema``)."""
+    iteration ``start`` and weights ``version`` (``initial``: the run's checkpoint parts by
+    name: ``policy`` (the trained weights), ``optimizer``, ``old_policy`` with
+    ``grpo.nft_old_ema``, ``rollout_weights`` for a pipelined run with an iteration left)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer

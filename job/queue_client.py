@@ -132,10 +132,19 @@ class QueueClient:
     def run_items(self, items: list, label: str) -> dict[str, Any]:
         """Submit items and wait for all results (already finished ones are reused); their
         busy time goes to the ledger."""
-        ids = [it.item_id for it in items]
+        self.start_items(items)
+        return self.finish_items(items, label)
+
+    def start_items(self, items: list) -> None:
+        """Submit items whose results :meth:`finish_items` waits for later (a pipelined
+        rollout); a queue restart meanwhile re-submits them. Finished ones are reused."""
         self._outstanding.update({it.item_id: it for it in items})
         queued = self.call("submit", items)
         self.items_reused += len(items) - queued
+
+    def finish_items(self, items: list, label: str) -> dict[str, Any]:
+        """Wait for all results of :meth:`start_items`' ``items``; billed."""
+        ids = [it.item_id for it in items]
         try:
             done = self.wait_results(ids, label)
         finally:

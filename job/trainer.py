@@ -24,6 +24,13 @@ published for the samplers (and sampled by ``trainer_samples``) are the old poli
 trained ones travel with the optimizer state: rank 0 posts the optimizer state, the trained
 weights and the old policy as one blob (:func:`spotlight.flow.old_policy.pack_parts`), which the
 controller unpacks into its checkpoint, and its Ray Train checkpoint holds all three.
+
+With ``schedule="pipelined"`` the batch of iteration ``t`` was sampled on the weights before
+update ``t - 1`` (:mod:`spotlight.training.pipeline`): every rank keeps a copy of the weights it
+published last (``sampled_with``), DiffusionNFT's ``v_old`` for a batch sampled on them and the
+weights ``trainer_samples`` samples that rollout's items with. Rank 0 posts that copy with the
+update (part ``rollout_weights``) for the controller's checkpoint; a resumed trainer gets it
+back and publishes it again, as the version before its own.
 """
 
 from __future__ import annotations
@@ -87,12 +94,13 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.actors.handles import get_actors
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.config import Config
-    from spotlight.flow.old_policy import OldPolicy, sampling_bytes
+    from spotlight.flow.old_policy import OldPolicy, sampling_bytes, sampling_copy
     from spotlight.flow.sampler import Trajectory
     from spotlight.flow.update import grpo_update, training_state
     from spotlight.job import protocol
     from spotlight.policies import make_policy
     from spotlight.scheduling.storage import require_paths
+    from spotlight.training.pipeline import ROLLOUT_LAG, old_policy_for, samples_lag
 
     _quiet_train_logs()
     torch.set_num_threads(config["threads"])
@@ -108,8 +116,12 @@ def train_loop(config: dict[str, Any]) -> None:
     policy = make_policy(cfg.policy, config["device"])
     optimizer, ref_policy = training_state(policy, cfg.grpo)
     old = OldPolicy.for_config(cfg.grpo, policy)
-    start, version = _restore(config, policy, optimizer, old)
+    pipelined = cfg.schedule == "pipelined"
+    start, version, sampled_with = _restore(config, policy, optimizer, old)
     if rank == 0:
+        if sampled_with is not None:  # a resumed pipeline: its next rollout's weights first
+            blob = sampling_bytes(policy, sampled_with[1])
+            publish_weights(actors.broadcast, version - 1, start - 1, blob)
         publish_weights(actors.broadcast, version, start, sampling_bytes(policy, old))
     sync = _allreduce_mean if world > 1 else None
     sampler = _trainer_sampler(config, policy, cfg, rank, old)
@@ -118,23 +130,30 @@ def train_loop(config: dict[str, Any]) -> None:
         timeout = config["batch_timeout_s"]
         meanwhile = None
         if sampler is not None:  # sample rollout items while waiting for the batch
-            meanwhile = partial(sampler.sample_waiting, actors.queue, version)
+            meanwhile = partial(sampler.sample_waiting, actors.queue, version, sampled_with)
         (batch_ref,) = protocol.wait_batch(actors.queue, it, timeout, last_post, meanwhile)
         batch = ray.get(batch_ref)
         if batch.get("stop"):  # the run ended before num_iterations
             break
         t0 = time.perf_counter()
+        trajectories = [Trajectory.from_bytes(b) for b in batch["trajectories"]]
+        lag = samples_lag(
+            [t.weights_version for t in trajectories], version, ROLLOUT_LAG[cfg.schedule]
+        )
+        v_old = old_policy_for(cfg, lag, old, sampled_with[1] if sampled_with else None)
+        if pipelined:  # these weights sample the next rollout
+            sampled_with = (version, sampling_copy(policy, old))
         stats = grpo_update(
             policy,
             optimizer,
-            [Trajectory.from_bytes(b) for b in batch["trajectories"]],
+            trajectories,
             torch.tensor(batch["advantages"], dtype=torch.float32),
             cfg.grpo,
             seed=batch["seed"],
             ref_policy=ref_policy,
             shard=(rank, world),
             grad_sync=sync,
-            old_policy=old,
+            old_policy=v_old,
         )
         if old is not None:  # every rank: the same step on the same weights
             stats["nft_old_decay"] = old.step(policy, int(stats["num_optimizer_steps"]), cfg.grpo)
@@ -148,43 +167,56 @@ def train_loop(config: dict[str, Any]) -> None:
             **stats,
         }
         if rank == 0:
-            last_post = _publish(actors, policy, optimizer, it, version, metrics, world, old)
+            rollout = sampled_with[1] if sampled_with is not None else None
+            last_post = _publish(
+                actors, policy, optimizer, it, version, metrics, world, old, rollout
+            )
         else:
             ray.train.report(metrics)
 
 
-def _restore(config: dict[str, Any], policy, optimizer, old=None) -> tuple[int, int]:
+def _restore(config: dict[str, Any], policy, optimizer, old=None):
     """Where the worker starts: Ray Train's own checkpoint after a worker failure, else the
     run's checkpoint (a resumed driver), else the recipe's weights. Returns (iterations done,
-    weights version); the policy, optimizer and old policy (``grpo.nft_old_ema``; None
-    without) hold that state."""
+    weights version, and for a resumed pipeline ``(version - 1, copy)`` of the weights its
+    next rollout samples with, else None); the policy, optimizer and old policy
+    (``grpo.nft_old_ema``; None without) hold that state."""
     import ray.train
 
-    from spotlight.flow.old_policy import load_old_policy
-    from spotlight.training.run_folder import OLD_POLICY_FILE
+    from spotlight.flow.old_policy import OldPolicy, load_old_policy
+    from spotlight.training.run_folder import OLD_POLICY_FILE, ROLLOUT_WEIGHTS_FILE
 
     start, version = config["start"], config["start_version"]
     resumed = ray.train.get_checkpoint()
     if resumed is not None:  # Ray Train restarted the workers after a failure
+        parts = {}
         with resumed.as_directory() as d:
             state = json.loads((Path(d) / "state.json").read_text())
-            start_bytes = (Path(d) / "policy.safetensors").read_bytes()
-            opt_bytes = (Path(d) / "optimizer.pt").read_bytes()
-            old_file = Path(d) / OLD_POLICY_FILE
-            old_bytes = old_file.read_bytes() if old_file.exists() else None
+            files = {
+                "policy": "policy.safetensors",
+                "optimizer": "optimizer.pt",
+                "old_policy": OLD_POLICY_FILE,
+                "rollout_weights": ROLLOUT_WEIGHTS_FILE,
+            }
+            for name, file in files.items():
+                if (Path(d) / file).exists():
+                    parts[name] = (Path(d) / file).read_bytes()
         start, version = state["iterations_done"], state["weights_version"]
-    elif config["initial"] is not None:  # a resumed run: the controller's checkpoint
-        # (policy, optimizer) or, with an old policy, (policy, optimizer, old policy)
-        start_bytes, opt_bytes, *rest = ray.get(config["initial"][0])
-        old_bytes = rest[0] if rest else None
+    elif config["initial"] is not None:  # a resumed run: the controller's checkpoint parts
+        parts = ray.get(config["initial"][0])
     else:
-        return start, version
+        return start, version, None
     from safetensors.torch import load
 
-    policy.load_state_dict(load(start_bytes))
-    load_optimizer_bytes(optimizer, opt_bytes)
-    load_old_policy(old, old_bytes, "trainer restore")
-    return start, version
+    policy.load_state_dict(load(parts["policy"]))
+    load_optimizer_bytes(optimizer, parts["optimizer"])
+    load_old_policy(old, parts.get("old_policy"), "trainer restore")
+    sampled_with = None
+    if "rollout_weights" in parts:
+        copy = OldPolicy(policy)
+        copy.load_bytes(parts["rollout_weights"])
+        sampled_with = (version - 1, copy)
+    return start, version, sampled_with
 
 
 def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int, old=None):
@@ -205,36 +237,47 @@ def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int, old=None):
     )
 
 
-def _publish(actors, policy, optimizer, it: int, version: int, metrics: dict, world: int, old=None):
+def _publish(
+    actors, policy, optimizer, it: int, version: int, metrics: dict, world: int, old=None,
+    rollout=None,
+):  # fmt: skip
     """Rank 0 after the update of ``it``: publish weights ``version`` (the old policy's, with
     one), post the update for the controller (protocol), report a Ray Train checkpoint. Returns
     the protocol's last post.
 
-    The update's ``optimizer`` is the optimizer state's bytes, or with an old policy
-    :func:`~spotlight.flow.old_policy.pack_parts` of ``optimizer``, ``policy`` (the trained
-    weights) and ``old_policy``: the controller's checkpoint needs all three."""
+    The update's ``optimizer`` is the optimizer state's bytes, or with an old policy or a
+    pipeline's ``rollout`` weights (the copy of the weights version ``version - 1``, which
+    sample the next rollout) :func:`~spotlight.flow.old_policy.pack_parts` of ``optimizer``,
+    ``policy`` (the trained weights), ``old_policy`` and ``rollout_weights``: the controller's
+    checkpoint needs them all."""
     import ray.train
 
     from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.flow.old_policy import pack_parts, sampling_bytes
     from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
-    from spotlight.training.run_folder import OLD_POLICY_FILE
+    from spotlight.training.run_folder import OLD_POLICY_FILE, ROLLOUT_WEIGHTS_FILE
 
     weights = policy_bytes(policy)
     opt = optimizer_bytes(optimizer)
     publish_weights(actors.broadcast, version, it + 1, sampling_bytes(policy, old))
     posted = opt
+    extra = {}
     if old is not None:
-        old_bytes = old.to_bytes()
-        posted = pack_parts({"optimizer": opt, "policy": weights, "old_policy": old_bytes})
+        extra[OLD_POLICY_FILE] = old.to_bytes()
+    if rollout is not None:
+        extra[ROLLOUT_WEIGHTS_FILE] = rollout.to_bytes()
+    if extra:
+        names = {OLD_POLICY_FILE: "old_policy", ROLLOUT_WEIGHTS_FILE: "rollout_weights"}
+        parts = {names[f]: b for f, b in extra.items()}
+        posted = pack_parts({"optimizer": opt, "policy": weights, **parts})
     update = {**metrics, "world_size": world, "optimizer": [ray.put(posted)]}
     last_post = protocol.post_update(actors.queue, it, update)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "policy.safetensors").write_bytes(weights)
         (Path(d) / "optimizer.pt").write_bytes(opt)
-        if old is not None:
-            (Path(d) / OLD_POLICY_FILE).write_bytes(old_bytes)
+        for file, data in extra.items():
+            (Path(d) / file).write_bytes(data)
         state = {"iterations_done": it + 1, "weights_version": version}
         (Path(d) / "state.json").write_text(json.dumps(state))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))

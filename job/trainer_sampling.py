@@ -1,9 +1,11 @@
 """The trainer's GPUs sample rollout items while they wait for the rollout (``trainer_samples``).
 
 A Ray Train worker idles from the end of one update to the moment the controller posts the
-next training batch, which is exactly while the rollout runs. With ``RayOptions.trainer_samples``
-each worker spends that wait pulling the rollout's items from the request queue, as a sampler
-replica does: it holds the fresh weights already (the version it just published), samples the
+next training batch, which is exactly while the rollout runs (in a pipelined run, what is left
+of the rollout sampled during the update, on the weights before it). With
+``RayOptions.trainer_samples`` each worker spends that wait pulling the rollout's items from the
+request queue, as a sampler replica does: it holds the fresh weights already (the version it
+just published; a pipelined one also a copy of the version before), samples the
 item's seeds, commits its state every ``commit_every`` steps, has the reward deployment score
 the images and completes the item. It pulls as pool ``trainer``: rollout items only, at once
 (no spill wait); the controller does not bill its GPUs twice (they are on-demand GPUs held for
@@ -61,19 +63,27 @@ class TrainerSampler:
             self.reward = serve.get_deployment_handle("RewardScorer", app_name=names.SERVE_APP)
         return self.reward
 
-    def sample_waiting(self, queue, version: int) -> None:
+    def sample_waiting(self, queue, version: int, previous=None) -> None:
         """Long-poll the queue for one rollout item of ``version`` and sample it: the work
         the worker does between looks at its mailbox (``protocol.wait_batch``'s
-        ``meanwhile``), so it takes its share as soon as the rollout is submitted."""
+        ``meanwhile``), so it takes its share as soon as the rollout is submitted. A pipelined
+        trainer holds ``previous``, ``(version - 1, copy)`` of the weights it published
+        before, and samples that version's items (the pipelined rollout) with them."""
         pull = queue.pull.remote(self.worker_id, 1, [Kind.ROLLOUT], Pool.TRAINER, MAILBOX_POLL_S)
         for item in ray.get(pull):
-            if item.weights_version != version:  # not ours to sample: hand it back
+            if item.weights_version == version:
+                weights = None
+            elif previous is not None and item.weights_version == previous[0]:
+                weights = previous[1]
+            else:  # not ours to sample: hand it back
                 ray.get(queue.release.remote(self.worker_id))
                 continue
-            ray.get(queue.complete.remote(self.sample(queue, item)))
+            ray.get(queue.complete.remote(self.sample(queue, item, weights)))
 
-    def sample(self, queue, item) -> ItemResult:
-        """Sample ``item`` (from its checkpoint, if it has one) and score it."""
+    def sample(self, queue, item, swapped=None) -> ItemResult:
+        """Sample ``item`` (from its checkpoint, if it has one) with the ``swapped`` weights
+        in place (an ``OldPolicy``; None: the published ones, the old policy's when there is
+        one) and score it."""
         from spotlight.flow.item_sampling import item_result, run_item, start_item
         from spotlight.flow.sampler import advance
 
@@ -82,7 +92,8 @@ class TrainerSampler:
 
         t0 = time.perf_counter()
         torch.set_num_threads(self.threads)
-        weights = nullcontext() if self.old_policy is None else self.old_policy.applied(self.policy)
+        swapped = swapped if swapped is not None else self.old_policy
+        weights = nullcontext() if swapped is None else swapped.applied(self.policy)
         try:
             trajs = start_item(item, self.policy.latent_shape, self.sampler)
             start_step = trajs[0].step

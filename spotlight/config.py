@@ -363,10 +363,12 @@ class Config:
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     """Seed exploration (both runners: ``spotlight.explore.strategy``)."""
     rollout_staleness: int = 0
-    """Weights versions the rollout lags the trained weights by: iteration t samples with the
-    sampling weights of version ``max(0, t - rollout_staleness)``. 0 (on-policy) is the
-    schedule of both runners; 1 and 2 measure what a pipeline's stale rollouts cost (the
-    local runner only, without exploration; such a run does not resume)."""
+    """What stale rollouts cost (local runner, no exploration, no resume): iteration t samples
+    with the sampling weights of version ``max(0, t - rollout_staleness)``."""
+    schedule: str = "sync"
+    """``"sync"``: each rollout is sampled on the weights it trains. ``"pipelined"``: iteration
+    t + 1's rollout (with ``exploration.mode=spot``, its oversampled candidates) is sampled on
+    ``v_t`` while t trains: one version stale (``spotlight.training.pipeline``)."""
 
     def validate(self) -> None:
         self.sampler.validate()
@@ -391,14 +393,10 @@ class Config:
             raise ValueError("num_val_prompts, num_val_seeds and val_every must be >= 1")
         if self.max_wall_s is not None and self.max_wall_s <= 0:
             raise ValueError(f"max_wall_s must be > 0 (or None), got {self.max_wall_s}")
-        if self.num_prompts_per_iteration > self.num_train_prompts:
+        if not 1 <= self.num_prompts_per_iteration <= self.num_train_prompts:
             raise ValueError(
-                f"num_prompts_per_iteration ({self.num_prompts_per_iteration}) "
-                f"exceeds num_train_prompts ({self.num_train_prompts})"
-            )
-        if self.num_prompts_per_iteration < 1:
-            raise ValueError(
-                f"num_prompts_per_iteration must be >= 1, got {self.num_prompts_per_iteration}"
+                f"num_prompts_per_iteration ({self.num_prompts_per_iteration}) must be >= 1 and"
+                f" not exceed num_train_prompts ({self.num_train_prompts})"
             )
         if self.rollout_staleness < 0:
             raise ValueError(f"rollout_staleness must be >= 0, got {self.rollout_staleness}")
@@ -406,6 +404,16 @@ class Config:
             raise ValueError(
                 "rollout_staleness > 0 measures stale rollouts without exploration: add"
                 " --set exploration.mode=off"
+            )
+        if self.schedule not in ("sync", "pipelined"):
+            raise ValueError(f"unknown schedule {self.schedule!r}; known: sync, pipelined")
+        if self.schedule == "pipelined" and (
+            self.rollout_staleness or self.exploration.mode == "critical_path"
+        ):
+            raise ValueError(
+                "schedule 'pipelined' is one version stale by itself (leave rollout_staleness at"
+                " 0) and oversamples in its rollout (exploration.mode spot or off, not"
+                " critical_path)"
             )
 
     def to_dict(self) -> dict[str, Any]:

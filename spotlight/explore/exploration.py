@@ -41,7 +41,10 @@ class Exploration:
     """Per prompt, the initial-noise seed its group shares in the iteration
     (``sampler.group_init_noise``): every candidate starts from that noise, as the group will."""
 
-    def work_items(self, cfg_seed: int, batch_size: int) -> list[WorkItem]:
+    def work_items(
+        self, cfg_seed: int, batch_size: int, kind: str = Kind.EXPLORE
+    ) -> list[WorkItem]:
+        """The candidates' work items (``kind``: a pipelined rollout's are rollout items)."""
         out = []
         for k, prompt in enumerate(self.prompts):
             n = self.plan.get(prompt, 0)
@@ -56,7 +59,7 @@ class Exploration:
                 out.append(
                     WorkItem(
                         item_id,
-                        Kind.EXPLORE,
+                        kind,
                         self.iteration,
                         self.weights_version,
                         (prompt,) * len(part),
@@ -69,6 +72,30 @@ class Exploration:
 
     def all_item_ids(self) -> list[str]:
         return [i for ids in self.items.values() for i in ids]
+
+    def to_state(self) -> dict:
+        """What a checkpoint keeps of a planned exploration (its seeds and item ids follow
+        from it: :meth:`work_items`)."""
+        return {
+            "iteration": self.iteration,
+            "weights_version": self.weights_version,
+            "prompts": self.prompts,
+            "plan": self.plan,
+            "budget": self.budget,
+            "init_seeds": self.init_seeds,
+        }
+
+    @staticmethod
+    def from_state(state: dict) -> Exploration:
+        """:meth:`to_state` back (call :meth:`work_items` for its seeds and items)."""
+        return Exploration(
+            state["iteration"],
+            state["weights_version"],
+            list(state["prompts"]),
+            dict(state["plan"]),
+            budget=state["budget"],
+            init_seeds=state["init_seeds"],
+        )
 
 
 @dataclass

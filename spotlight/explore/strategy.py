@@ -15,9 +15,16 @@ The modes (``exploration.mode``):
   selected samples themselves (:meth:`critical_path_explored`): same weights, nothing sampled
   twice.
 
+With ``schedule="pipelined"`` the rollout itself explores (``spot``: oversampling): iteration
+``t + 1``'s rollout, sampled on ``v_t`` during update ``t``, gives the prompts the planner picks
+candidates in place of their G seeds (:meth:`plan_pipelined`), and each trains on the G its
+selection rule keeps, those samples themselves (:meth:`pipelined_selected`); ``off``: no
+candidates, a plain one-step-stale rollout.
+
 The budget is ``budget_seeds`` when fixed; else, for ``critical_path``, the cap; for ``spot``,
 the seeds the samplers can draw in the predicted update time, both measured by the runner
-(:meth:`measured`, :meth:`trained`).
+(:meth:`measured`, :meth:`trained`); for a pipelined rollout, what is left of those seeds after
+the rollout's own ``B x G``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,18 @@ def exploration_seeds(x: ExplorationConfig, train_s: float | None, rate: float |
     )
 
 
+def pipelined_seeds(
+    x: ExplorationConfig, train_s: float | None, rate: float | None, rollout: int
+) -> int:
+    """Candidates of a pipelined rollout (``schedule="pipelined"``): ``budget_seeds`` when
+    fixed; else what is left of :func:`exploration_seeds` (the seeds the samplers draw in the
+    update time) after the rollout's own ``rollout`` samples. A prompt given candidates trains
+    on G of them in place of its own G seeds, so the rollout takes about the update's time.
+    The runners and the simulator size it with this."""
+    seeds = exploration_seeds(x, train_s, rate)
+    return seeds if x.budget_seeds else max(0, seeds - rollout)
+
+
 def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
     return new if old is None else weight * new + (1 - weight) * old
 
@@ -60,6 +79,7 @@ class ExplorationStrategy:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.mode = cfg.exploration.mode
+        self.pipelined = cfg.schedule == "pipelined"
         self.planner = Planner(cfg.exploration, cfg.grpo.group_size)
         self.next_selection: Selection | None = None
         """Seeds chosen by the exploration that ran during the last update (``spot``)."""
@@ -86,6 +106,9 @@ class ExplorationStrategy:
         """This iteration's exploration budget, in seeds (:func:`exploration_seeds` of the
         measured update time, the rollout's before the first update, and rate)."""
         train_s = self.train_s if self.train_s is not None else self.sample_s
+        if self.pipelined:  # the update's time samples the rollout too
+            rollout = self.cfg.num_prompts_per_iteration * self.cfg.grpo.group_size
+            return pipelined_seeds(self.cfg.exploration, train_s, self.rate, rollout)
         return exploration_seeds(self.cfg.exploration, train_s, self.rate)
 
     # -- Planning and selection ------------------------------------------------------------
@@ -107,7 +130,9 @@ class ExplorationStrategy:
 
     def explores_next(self, iteration: int) -> bool:
         """Whether iteration ``iteration``'s update time explores the next one's prompts."""
-        return self.mode == "spot" and iteration + 1 < self.cfg.num_iterations
+        return (
+            self.mode == "spot" and not self.pipelined and iteration + 1 < self.cfg.num_iterations
+        )
 
     def waits_for_all(self) -> bool:
         """A fixed budget is explored in full; a measured one takes what finished in time."""
@@ -162,6 +187,32 @@ class ExplorationStrategy:
             "explore_budget_used": sel.seeds_explored,
         }
 
+    def plan_pipelined(
+        self, iteration: int, version: int, prompts: Sequence[str], init: Sequence[int] | None
+    ) -> Exploration:
+        """The candidates of a pipelined rollout of iteration ``iteration`` on weights
+        ``version`` (:meth:`plan` with ``spot``; none with ``off``)."""
+        if self.mode == "spot":
+            return self.plan(iteration, version, prompts, init)
+        return Exploration(
+            iteration, version, list(prompts), {}, init_seeds=list(init) if init else None
+        )
+
+    def pipelined_selected(
+        self, exp: Exploration, results: Mapping[str, ItemResult]
+    ) -> tuple[Selection | None, dict[str, Any]]:
+        """The selection of a pipelined rollout's candidates (all finished: the rollout waits
+        for them), their trajectories kept, and the metrics it adds to the row; None without
+        candidates."""
+        if not exp.items:
+            return None, {}
+        sel = self._select(exp, results, exp.weights_version, keep_trajectories=True)
+        return sel, {
+            **sel.metrics(),
+            "explore_budget_predicted": exp.budget,
+            "explore_budget_used": sel.seeds_explored,
+        }
+
     def take(self) -> tuple[Selection | None, dict[str, Any]]:
         """The spot selection for this iteration (None: random seeds) and its metrics; it is
         used once."""
@@ -183,7 +234,7 @@ class ExplorationStrategy:
         None."""
         for prompt, rewards in per_prompt:
             self.planner.note_rollout(prompt, rewards)
-        if self.mode == "spot" and selection is not None:
+        if self.mode == "spot" and selection is not None and not self.pipelined:
             fresh = {p: list(r) for p, r in per_prompt}
             extra["rank_spearman_stale_fresh"] = rank_preservation(
                 {p: selection.selected_rewards[p] for p in selection.seeds}, fresh

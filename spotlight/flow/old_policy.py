@@ -190,6 +190,15 @@ def sampling_bytes(policy, old: OldPolicy | None) -> bytes:
         return policy_bytes(policy)
 
 
+def sampling_copy(policy, old: OldPolicy | None) -> OldPolicy:
+    """A copy of the weights the samplers get (the old parameters when there is an old
+    policy): what a pipelined run keeps of the weights that sample the next rollout."""
+    if old is None:
+        return OldPolicy(policy)
+    with old.applied(policy):
+        return OldPolicy(policy)
+
+
 _PARTS_MAGIC = b"spotlight-parts\x00"
 
 

@@ -10,6 +10,10 @@ where the Ray job overlaps them: ``critical_path`` samples its candidates before
 ``spot`` samples the next iteration's candidates on the rollout's weights before the update
 (the Ray job's replicas sample them while the trainer trains). The work items are the Ray job's,
 so with a fixed budget both explore and select the same seeds.
+
+With ``schedule="pipelined"`` (:mod:`spotlight.training.pipeline`) it samples iteration
+``t + 1``'s rollout, with its candidates, before update ``t`` on the weights ``v_t`` (the Ray
+job's replicas sample it during the update) and trains iteration ``t + 1`` on it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import torch
 
 from spotlight.config import Config
+from spotlight.explore.exploration import Exploration
 from spotlight.explore.strategy import ExplorationStrategy
 from spotlight.flow.grpo import group_advantages
 from spotlight.flow.item_sampling import item_result
@@ -42,6 +47,13 @@ from spotlight.rewards import Reward
 from spotlight.scheduling.work_queue import ItemResult, Pool, WorkItem
 from spotlight.tasks import get_task
 from spotlight.training.evaluate import score_prompts, summarize
+from spotlight.training.pipeline import (
+    ROLLOUT_LAG,
+    PendingRollout,
+    old_policy_for,
+    pipelined_plan,
+    samples_lag,
+)
 from spotlight.training.rollout import plan_rollout
 
 
@@ -195,6 +207,11 @@ class ReferenceLoop:
         self._past: deque[tuple[int, OldPolicy]] = deque(maxlen=cfg.rollout_staleness + 1)
         """With ``rollout_staleness``: the sampling weights of the last versions (version, copy),
         the oldest first."""
+        self.pending: PendingRollout | None = None
+        """``schedule="pipelined"``: the next iteration's rollout, sampled already."""
+        self.resume_rollout: tuple[Exploration, OldPolicy] | None = None
+        """A resumed pipeline's next rollout, not sampled yet: its plan and the weights that
+        sample it (a checkpoint keeps both)."""
 
     def sampling_weights(self):
         """Within: the policy holds the weights that sample (the old policy's, with one)."""
@@ -217,6 +234,8 @@ class ReferenceLoop:
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
         """Explore (as configured), sample, score, update. Returns the iteration's metrics."""
+        if self.cfg.schedule == "pipelined":
+            return self._pipelined_iteration(iteration)
         cfg, group = self.cfg, self.cfg.grpo.group_size
         t0 = time.perf_counter()
         prompts, seeds, init_seeds = iteration_batch(
@@ -309,14 +328,142 @@ class ReferenceLoop:
             row["rollout_weights_version"] = rollout_version
         return {**row, **extra}
 
-    def _run_items(self, items: list[WorkItem]) -> dict[str, ItemResult]:
+    # -- The pipelined schedule -----------------------------------------------------------
+    def _pipelined_iteration(self, iteration: int) -> dict[str, Any]:
+        """Train on the rollout sampled before the last update (the first iteration's, and a
+        resumed run's first, is sampled now), after sampling the next one on these weights."""
+        cfg, group = self.cfg, self.cfg.grpo.group_size
+        t0 = time.perf_counter()
+        prompts, seeds, init_seeds = iteration_batch(
+            cfg, self.train_prompts, iteration, with_init_seeds=True
+        )
+        pend, sampled_before = self.pending, self.pending is not None
+        if pend is None:  # the first iteration, or a resumed run's: sampled now
+            if self.resume_rollout is not None:  # the checkpoint's plan and weights
+                exp, weights = self.resume_rollout
+                with weights.applied(self.policy):
+                    pend = self._sample_pipelined(exp)
+            else:
+                pend = self._plan_pipelined(iteration)
+        if pend.exploration.iteration != iteration:
+            raise RuntimeError(
+                f"iteration {iteration}: the rollout sampled is iteration"
+                f" {pend.exploration.iteration}'s"
+            )
+        self.resume_rollout = None
+        selection, extra = self.explore.pipelined_selected(pend.exploration, pend.explored)
+        plan = plan_rollout(
+            prompts,
+            seeds,
+            group,
+            selection.seeds if selection is not None else None,
+            set(selection.trajectories) if selection is not None else set(),
+            init_seeds,
+        )
+        reused = {} if selection is None else selection.trajectories
+        trajectories = plan.assemble(
+            pend.rolled, {p: [Trajectory.from_bytes(b) for b in bs] for p, bs in reused.items()}
+        )
+        rewards = plan.assemble(pend.rolled_r, {p: selection.selected_rewards[p] for p in reused})
+        per_prompt = [(p, rewards[b * group : (b + 1) * group]) for b, p in enumerate(plan.prompts)]
+        pools = self.explore.rollout_scored(per_prompt, selection, extra)
+        advantages, group_stats = score_groups(
+            torch.tensor(rewards, dtype=torch.float32), cfg, iteration, pools
+        )
+        self.explore.measured(pend.sample_s, pend.rate)
+        t1 = time.perf_counter()
+        self.pending = None
+        if iteration + 1 < cfg.num_iterations:  # the Ray job samples it during the update
+            self.pending = self._plan_pipelined(iteration + 1)
+            extra["next_rollout_s"] = time.perf_counter() - t1
+        lag = samples_lag(
+            [tr.weights_version for tr in trajectories],
+            self.weights_version,
+            ROLLOUT_LAG[cfg.schedule],
+        )
+        t_update = time.perf_counter()
+        stats = grpo_update(
+            self.policy,
+            self.optimizer,
+            trajectories,
+            advantages,
+            cfg.grpo,
+            seed=update_seed(cfg, iteration),
+            ref_policy=self.ref_policy,
+            old_policy=old_policy_for(cfg, lag, self.old_policy, pend.weights),
+        )
+        if self.old_policy is not None:
+            steps = int(stats["num_optimizer_steps"])
+            stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, cfg.grpo)
+        t2 = time.perf_counter()
+        self.weights_version += 1
+        self.explore.trained(t2 - t_update)
+        row = metrics_row(
+            iteration,
+            self.weights_version,
+            group_stats,
+            len(trajectories),
+            (pend.sample_s if sampled_before else 0.0) + (t1 - t0),
+            t2 - t_update,
+            stats,
+        )
+        row["schedule"] = "pipelined"
+        row["rollout_weights_version"] = pend.exploration.weights_version
+        row["rollout_lag"] = lag
+        if self.explore.mode != "off":
+            row["exploration"] = self.explore.mode
+        return {**row, **extra}
+
+    def _plan_pipelined(self, iteration: int) -> PendingRollout:
+        """Plan iteration ``iteration``'s pipelined rollout on the current weights and sample
+        it with the sampling weights."""
+        exp = self.explore.plan_pipelined(
+            iteration, self.weights_version, *group_batch(self.cfg, self.train_prompts, iteration)
+        )
+        with self.sampling_weights():
+            return self._sample_pipelined(exp)
+
+    def _sample_pipelined(self, exp: Exploration) -> PendingRollout:
+        """Sample the pipelined rollout of ``exp`` (its candidates and the other prompts'
+        seeds) with the weights the policy holds now, which it copies."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        prompts, seeds, init_seeds = iteration_batch(
+            cfg, self.train_prompts, exp.iteration, with_init_seeds=True
+        )
+        plan = pipelined_plan(prompts, seeds, cfg.grpo.group_size, exp, init_seeds)
+        weights = OldPolicy(self.policy)
+        explored = self._run_items(
+            exp.work_items(cfg.seed, cfg.sampler.batch_size), sampling_weights=False
+        )
+        todo, rolled, rolled_r = plan.to_sample, [], []
+        if todo:
+            rolled = sample(
+                self.policy,
+                [p for p, _ in todo],
+                [s for _, s in todo],
+                cfg.sampler,
+                exp.weights_version,
+                init_seeds=plan.to_sample_init,
+            )
+            images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
+            rolled_r = [float(r) for r in self.reward(images, [p for p, _ in todo])]
+        n = len(todo) + sum(len(r.rewards) for r in explored.values())
+        took = time.perf_counter() - t0
+        rate = n / took if n else None
+        return PendingRollout(exp, plan, explored, rolled, rolled_r, weights, took, rate)
+
+    def _run_items(
+        self, items: list[WorkItem], sampling_weights: bool = True
+    ) -> dict[str, ItemResult]:
         """Sample and score exploration's work items here, one after the other, each with the
-        sampling weights (they are the items' version: the loop explores on current weights)."""
+        sampling weights (they are the items' version: the loop explores on current weights;
+        without ``sampling_weights``, with the weights the policy holds)."""
         out = {}
         for item in items:
             t0 = time.perf_counter()
             init = list(item.init_seeds) if item.init_seeds is not None else None
-            with self.sampling_weights():
+            with self.sampling_weights() if sampling_weights else nullcontext():
                 trajs = sample(
                     self.policy,
                     list(item.prompts),

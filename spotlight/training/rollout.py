@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spotlight.scheduling.work_queue import Pool
+from spotlight.scheduling.work_queue import Pool, WorkItem
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,23 @@ def chunks(
             tuple(init_seeds[lo : lo + batch_size]) if init_seeds is not None else None,
         )
         for lo in range(0, len(samples), batch_size)
+    ]
+
+
+def work_items(
+    samples: list[tuple[str, int]],
+    prefix: str,
+    kind: str,
+    iteration: int,
+    version: int,
+    batch_size: int,
+    init_seeds: list[int] | None = None,
+) -> list[WorkItem]:
+    """``samples`` (prompt, seed) as work items of ``batch_size`` on weights ``version``, with
+    ids ``<prefix>-<k>`` (deterministic: a restarted driver finds the finished ones)."""
+    return [
+        WorkItem(f"{prefix}-{k}", kind, iteration, version, ps, ss, init_seeds=ii)
+        for k, (ps, ss, ii) in enumerate(chunks(samples, batch_size, init_seeds))
     ]
 
 

@@ -33,6 +33,11 @@ OLD_POLICY_FILE = "nft_old_policy.safetensors"
 """In ``checkpoint/`` with ``grpo.nft_old_ema``: DiffusionNFT's EMA sampling policy
 (``spotlight.flow.old_policy.OldPolicy.to_bytes``); ``policy.safetensors`` holds the trained
 weights."""
+ROLLOUT_WEIGHTS_FILE = "rollout_weights.safetensors"
+"""In ``checkpoint/`` of a pipelined run (``schedule="pipelined"``) with an iteration left: the
+weights the next iteration's rollout is sampled with, one version before the checkpoint's
+(``OldPolicy.to_bytes``: the trainable parameters); ``state.json``'s ``pending_rollout`` holds
+that rollout's plan."""
 BANDIT_FILE = "bandit_state.json"
 """The exploration planner's statistics (``{"planner": ...}``), beside the checkpoint: the Ray
 job's bandit-state actor persists them there, the local runner writes them itself."""
@@ -192,6 +197,11 @@ def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
         or sha256(ckpt / OLD_POLICY_FILE) != state["old_policy_sha256"]
     ):
         raise ValueError(f"--resume {out_dir}: {OLD_POLICY_FILE} does not match its checksum")
+    if "rollout_weights_sha256" in state and (
+        not (ckpt / ROLLOUT_WEIGHTS_FILE).exists()
+        or sha256(ckpt / ROLLOUT_WEIGHTS_FILE) != state["rollout_weights_sha256"]
+    ):
+        raise ValueError(f"--resume {out_dir}: {ROLLOUT_WEIGHTS_FILE} does not match its checksum")
     return state
 
 
@@ -200,6 +210,25 @@ def write_old_policy(ckpt: Path, data: bytes, state: dict[str, Any]) -> None:
     sha256 into ``state``, the ``state.json`` written after it (``grpo.nft_old_ema``)."""
     atomic(ckpt / OLD_POLICY_FILE, lambda p: p.write_bytes(data))
     state["old_policy_sha256"] = sha256(ckpt / OLD_POLICY_FILE)
+
+
+def write_pending_rollout(
+    ckpt: Path, pending: dict[str, Any], weights: bytes, state: dict[str, Any]
+) -> None:
+    """A pipelined run's next rollout in the checkpoint folder ``ckpt``: the weights that
+    sample it (atomically, their sha256 into ``state``) and its plan (``state``'s
+    ``pending_rollout``), ``state`` being the ``state.json`` written after it."""
+    atomic(ckpt / ROLLOUT_WEIGHTS_FILE, lambda p: p.write_bytes(weights))
+    state["rollout_weights_sha256"] = sha256(ckpt / ROLLOUT_WEIGHTS_FILE)
+    state["pending_rollout"] = pending
+
+
+def read_pending_rollout(out_dir: Path, state: dict[str, Any]) -> tuple[dict, bytes] | None:
+    """The checkpoint's pending rollout (its plan and its weights' bytes, checked by
+    :func:`read_checkpoint_state`), or None (a sync run, or no iteration left)."""
+    if "pending_rollout" not in state:
+        return None
+    return state["pending_rollout"], (out_dir / CKPT_DIR / ROLLOUT_WEIGHTS_FILE).read_bytes()
 
 
 def read_old_policy(out_dir: Path, state: dict[str, Any]) -> bytes | None:

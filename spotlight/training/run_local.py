@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from spotlight.config import Config
-from spotlight.flow.old_policy import load_old_policy
+from spotlight.explore.exploration import Exploration
+from spotlight.flow.old_policy import OldPolicy, load_old_policy
 from spotlight.plots import plot_rewards
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
@@ -24,9 +25,11 @@ from spotlight.training.run_folder import (
     preflight_run,
     read_checkpoint_state,
     read_old_policy,
+    read_pending_rollout,
     sha256,
     write_json,
     write_old_policy,
+    write_pending_rollout,
 )
 
 
@@ -111,6 +114,9 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
         write_json(out_dir / BANDIT_FILE, {"planner": loop.explore.planner.to_dict()})
     if loop.old_policy is not None:
         write_old_policy(ckpt, loop.old_policy.to_bytes(), state)
+    if loop.pending is not None:  # pipelined: the next rollout, sampled already
+        p = loop.pending
+        write_pending_rollout(ckpt, p.exploration.to_state(), p.weights.to_bytes(), state)
     write_json(ckpt / "state.json", state)
 
 
@@ -121,6 +127,11 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     loop.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
     load_old_policy(loop.old_policy, read_old_policy(out_dir, state), f"--resume {out_dir}")
     loop.weights_version = state["weights_version"]
+    pending = read_pending_rollout(out_dir, state)
+    if pending is not None and cfg.schedule == "pipelined":  # sampled on resume
+        weights = OldPolicy(loop.policy)
+        weights.load_bytes(pending[1])
+        loop.resume_rollout = (Exploration.from_state(pending[0]), weights)
     loop.explore.load_state(state.get("next_selection"))
     if (out_dir / BANDIT_FILE).exists():
         loop.explore.planner.load(json.loads((out_dir / BANDIT_FILE).read_text()).get("planner"))

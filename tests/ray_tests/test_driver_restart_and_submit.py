@@ -36,8 +36,14 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in f.read_text().splitlines() if x] if f.exists() else []
 
 
-def _reference_weights(iterations: int) -> dict:
-    cfg = smoke(iterations)
+PIPELINED = ["schedule=pipelined", "exploration.mode=spot", "exploration.budget_seeds=16"]
+"""The killed driver's run: the pipelined schedule with oversampled candidates."""
+
+
+def _reference_weights(iterations: int, overrides: list[str] = ()) -> dict:
+    from spotlight.config import apply_overrides
+
+    cfg = apply_overrides(smoke(iterations), list(overrides))
     torch.set_num_threads(1)
     loop = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
     for i in range(iterations):
@@ -45,7 +51,7 @@ def _reference_weights(iterations: int) -> dict:
     return loop.policy.state_dict()
 
 
-def _assert_trained_once(out: Path) -> None:
+def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
     rows = _rows(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     assert [r["weights_version"] for r in rows] == [1, 2, 3]
@@ -53,11 +59,15 @@ def _assert_trained_once(out: Path) -> None:
     assert state["iterations_done"] == 3 and state["weights_version"] == 3
     # An update applied twice (or skipped) would move the weights away from the reference.
     trained = load_file(str(out / "checkpoint" / "policy.safetensors"))
-    for k, v in _reference_weights(3).items():
+    for k, v in _reference_weights(3, overrides).items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
 
 
 def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tmp_path):
+    """Killed mid-pipeline: the next iteration's rollout (with its candidates) was in the
+    queue, sampled on the weights before the last update. The resumed driver resubmits it
+    (finished items reused), its trainer publishes those weights again from the checkpoint, and
+    the run ends on the local runner's weights."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
@@ -68,7 +78,10 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
     env = _env(RAY_ADDRESS=cluster.address)
     log = (tmp_path / "first.log").open("w")
     try:
-        first = subprocess.Popen([*TRAIN, "--out", str(out)], env=env, stdout=log, stderr=log)
+        sets = [a for kv in PIPELINED for a in ("--set", kv)]
+        first = subprocess.Popen(
+            [*TRAIN, *sets, "--out", str(out)], env=env, stdout=log, stderr=log
+        )
         deadline = time.monotonic() + 240
         state_file = out / "checkpoint" / "state.json"  # the commit: written after the row
         while not state_file.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -78,6 +91,9 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
         first.wait()
         done_before = json.loads((out / "checkpoint" / "state.json").read_text())
         assert done_before["iterations_done"] < 3
+        assert (
+            done_before["pending_rollout"]["weights_version"] == done_before["weights_version"] - 1
+        )
 
         second = subprocess.run(
             [*TRAIN[:-2], "--resume", str(out)],
@@ -88,7 +104,8 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
         )
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         assert "reusing the queue's finished items" in second.stdout  # same actors, same run
-        _assert_trained_once(out)
+        _assert_trained_once(out, PIPELINED)
+        assert [r["rollout_lag"] for r in _rows(out)] == [0, 1, 1]
     finally:
         log.close()
         cluster.shutdown()

@@ -1,5 +1,8 @@
 """The whole job under faults: a run replaying a real spot trace, and a run whose request-queue
-actor is killed mid-run, must give the same per-iteration results as a run without faults."""
+actor is killed mid-run, must give the same per-iteration results as a run without faults.
+Both run the pipelined schedule (``schedule="pipelined"``): each iteration's rollout is in the
+queue while the trainer trains, so faults strike items that wait across an update; the SP
+replicas run the sync one."""
 
 from __future__ import annotations
 
@@ -18,12 +21,13 @@ from spotlight.config import SamplerConfig
 pytestmark = pytest.mark.slow
 
 
-def _cfg():
+def _cfg(schedule: str = "sync"):
     # Items of about half a second, four per iteration: nodes go while items are in flight.
     return smoke(
         iterations=3,
         sampler=SamplerConfig(num_steps=24, eta=0.7, batch_size=4),
         num_prompts_per_iteration=4,
+        schedule=schedule,
     )
 
 
@@ -53,7 +57,16 @@ def plain_run(tmp_path_factory):
     return out
 
 
-def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_run, tmp_path):
+@pytest.fixture(scope="module")
+def plain_pipelined(tmp_path_factory):
+    from spotlight.job.run import run_ray
+
+    out = tmp_path_factory.mktemp("plain-pipelined") / "run"
+    run_ray(_cfg("pipelined"), out, opts=ray_options())
+    return out
+
+
+def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_pipelined, tmp_path):
     from spotlight.job.run import run_ray
 
     out = tmp_path / "trace"
@@ -67,11 +80,11 @@ def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_ru
         spill="after_wait",
         spill_wait_s=3.0,
     )
-    summary = run_ray(_cfg(), out, opts=opts)
+    summary = run_ray(_cfg("pipelined"), out, opts=opts)
     print({k: v for k, v in summary.items() if not isinstance(v, dict)})
     assert summary["preemptions"] >= 1
     assert summary["items_lost"] == 0
-    _same_learning(out, plain_run)
+    _same_learning(out, plain_pipelined)
 
 
 def _strike_mid_run(out, strike) -> tuple[threading.Thread, threading.Event]:
@@ -101,7 +114,7 @@ def _strike_mid_run(out, strike) -> tuple[threading.Thread, threading.Event]:
     return thread, done
 
 
-def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path):
+def test_the_request_queue_restarting_mid_run_loses_nothing(plain_pipelined, tmp_path):
     import ray
 
     from spotlight.job.run import run_ray
@@ -116,12 +129,12 @@ def test_the_request_queue_restarting_mid_run_loses_nothing(plain_run, tmp_path)
         return True
 
     killer, killed = _strike_mid_run(out, kill_the_queue_once_items_flow)
-    summary = run_ray(_cfg(), out, opts=ray_options(lease_s=5.0))
+    summary = run_ray(_cfg("pipelined"), out, opts=ray_options(lease_s=5.0))
     killer.join(timeout=5)
     assert killed.is_set()
     assert summary["queue_restarts"] >= 1
     assert summary["items_lost"] == 0
-    _same_learning(out, plain_run)
+    _same_learning(out, plain_pipelined)
 
 
 @pytest.mark.parametrize("workers", [2, 3])

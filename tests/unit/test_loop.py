@@ -132,7 +132,7 @@ def test_set_overrides_recipe_fields_and_refuses_bad_ones(tmp_path, capsys):
     [
         ({"grpo": GRPOConfig(group_size=1)}, "group_size must be >= 2"),
         ({"sampler": SamplerConfig(eta=0.0)}, "eta must be > 0"),
-        ({"num_prompts_per_iteration": 10**6}, "exceeds num_train_prompts"),
+        ({"num_prompts_per_iteration": 10**6}, "not exceed num_train_prompts"),
         ({"reward": "nope"}, "unknown reward 'nope'"),
         ({"policy": PolicyConfig(name="nope")}, "unknown policy 'nope'"),
         ({"policy": PolicyConfig(options={"depth": 3})}, "bad tiny policy options"),
