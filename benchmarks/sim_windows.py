@@ -12,8 +12,15 @@ run (``sim_report.BASELINES``; the ablations are Spotlight with a part changed):
 - Spotlight faster than every baseline with the same on-demand GPUs;
 - Spotlight cheaper than every baseline with the same total GPUs;
 
-and writes ``windows.json`` and ``windows.md`` (the table docs/simulator.md shows). One
-simulation at a time, so that the wall times measure the simulator alone.
+and pipelined Spotlight's goal (``spotlight_pipelined``, on the same window):
+
+- no baseline both faster and cheaper than it;
+- every baseline at least as fast as it costs at least 1.4x as much (the paper's low end);
+
+with, for each baseline that breaks a check, its time and cost over pipelined Spotlight's. It
+writes ``windows.json`` and ``windows.md`` (the table docs/simulator.md shows). One simulation
+at a time, so that the wall times measure the simulator alone; a run folder whose summary lacks
+a system the simulator has now is run again.
 """
 
 from __future__ import annotations
@@ -27,7 +34,14 @@ import time
 from pathlib import Path
 
 from spotlight.scheduling.traces import TRACES_DIR
-from spotlight.sim.sim_report import BASELINES
+from spotlight.sim.sim_model import SYSTEMS
+from spotlight.sim.sim_report import BASELINES, PAPER
+
+PIPELINED = "spotlight_pipelined"
+PLAIN_PIPELINE = "ablation_pipelined_no_oversampling"
+"""Pipelined Spotlight without its candidates: its goal is checked too (median window only)."""
+PIPELINED_COST_RATIO = PAPER["cost_ratio_range"][0]
+"""Every baseline at least as fast as pipelined Spotlight must cost this many times its cost."""
 
 
 def shipped_traces() -> list[str]:
@@ -37,7 +51,7 @@ def shipped_traces() -> list[str]:
 def run_one(scenario: str, trace: str, runs: Path, windows: int) -> dict:
     folder = runs / scenario / trace
     timing = folder / "wall_s.json"
-    if not (folder / "summary.json").exists() or not timing.exists():
+    if not _complete(folder / "summary.json") or not timing.exists():
         shutil.rmtree(folder, ignore_errors=True)
         folder.parent.mkdir(parents=True, exist_ok=True)
         exe = str(Path(sys.executable).with_name("spotlight"))
@@ -50,6 +64,13 @@ def run_one(scenario: str, trace: str, runs: Path, windows: int) -> dict:
     summary = json.loads((folder / "summary.json").read_text())
     summary["wall_s"] = json.loads(timing.read_text())["wall_s"]
     return summary
+
+
+def _complete(path: Path) -> bool:
+    """A finished run of every system the simulator has now."""
+    if not path.exists():
+        return False
+    return set(SYSTEMS) <= set(json.loads(path.read_text())["systems"])
 
 
 def goal(summary: dict) -> dict:
@@ -76,9 +97,46 @@ def goal(summary: dict) -> dict:
     }
 
 
+def goal_pipelined(summary: dict, name: str = PIPELINED) -> dict | None:
+    """Pipelined Spotlight's two checks on the median window for system ``name`` (None: it
+    did not run), each with the baselines that break it and their ``time_ratio`` and
+    ``cost_ratio`` over the system's (< 1: the baseline is faster / cheaper; None: it missed
+    the target)."""
+    systems = summary["systems"]
+    pipe = systems.get(name)
+    if pipe is None:
+        return None
+    base = {n: systems[n] for n in BASELINES if n in systems and systems[n]["reached_target"]}
+    t = pipe["time_to_target_h"] if pipe["reached_target"] else float("inf")
+    c = pipe["cost_usd"]
+
+    def over(n: str) -> dict:
+        b = base[n]
+        ratio = b["time_to_target_h"] / t if pipe["reached_target"] else None
+        return {"system": n, "time_ratio": ratio, "cost_ratio": b["cost_usd"] / c}
+
+    dominated_by = [
+        over(n) for n, b in base.items() if b["time_to_target_h"] < t and b["cost_usd"] < c
+    ]
+    cheap_fast = [
+        over(n)
+        for n, b in base.items()
+        if b["time_to_target_h"] <= t and b["cost_usd"] < PIPELINED_COST_RATIO * c
+    ]
+    return {
+        "no_baseline_faster_and_cheaper": not dominated_by,
+        "as_fast_costs_1_4x": not cheap_fast,
+        "faster_and_cheaper": dominated_by,
+        "as_fast_under_1_4x_cost": cheap_fast,
+        "holds": not (dominated_by or cheap_fast),
+    }
+
+
 def row(scenario: str, trace: str, s: dict) -> dict:
     spot = s["systems"]["spotlight"]
     tw = s["trace_windows"]["by_system"]["spotlight"]
+    pipe = s["systems"].get(PIPELINED)
+    pw = s["trace_windows"]["by_system"].get(PIPELINED)
     return {
         "scenario": scenario,
         "trace": trace,
@@ -91,11 +149,65 @@ def row(scenario: str, trace: str, s: dict) -> dict:
         "spot_grpo_h": s["systems"]["spot_grpo"]["time_to_target_h"],
         "best": s["best_baselines"],
         "goal": goal(s),
+        "pipelined_h": pipe["time_to_target_h"] if pipe else None,
+        "pipelined_usd": pipe["cost_usd"] if pipe else None,
+        "pipelined_h_range": _range(pw, "time_to_target_h"),
+        "pipelined_usd_range": _range(pw, "cost_usd"),
+        "goal_pipelined": goal_pipelined(s),
+        "plain_pipeline_h": _get(s, PLAIN_PIPELINE, "time_to_target_h"),
+        "plain_pipeline_usd": _get(s, PLAIN_PIPELINE, "cost_usd"),
+        "goal_plain_pipeline": goal_pipelined(s, PLAIN_PIPELINE),
     }
+
+
+def _get(summary: dict, name: str, key: str) -> float | None:
+    r = summary["systems"].get(name)
+    return None if r is None else r[key]
+
+
+def _range(windows: dict | None, key: str) -> list[float | None]:
+    """[min, max] over the windows (None where the system ran on one window only)."""
+    if not windows:
+        return [None, None]
+    return [windows[key]["min"], windows[key]["max"]]
 
 
 def _h(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _spread(mid: float | None, lo: float | None, hi: float | None, fmt) -> str:
+    """``mid (lo-hi)``; ``-`` where the system did not run, no range where it ran once."""
+    if mid is None and lo is None:
+        return "-"
+    return fmt(mid) + ("" if lo is None else f" ({fmt(lo)}-{fmt(hi)})")
+
+
+def _ratios(broken: list[dict]) -> str:
+    """``name (time x0.54, cost x0.97)`` per baseline."""
+    return ", ".join(
+        f"{b['system']} (time x{_h(b['time_ratio'])}, cost x{_h(b['cost_ratio'])})" for b in broken
+    )
+
+
+def _pipelined_goal(g: dict | None) -> str:
+    if g is None:
+        return "-"
+    if g["holds"]:
+        return "holds"
+    broken = []
+    if g["faster_and_cheaper"]:
+        broken.append("faster and cheaper: " + _ratios(g["faster_and_cheaper"]))
+    if g["as_fast_under_1_4x_cost"]:
+        broken.append(
+            f"as fast under {PIPELINED_COST_RATIO}x the cost: "
+            + _ratios(g["as_fast_under_1_4x_cost"])
+        )
+    return "; ".join(broken)
 
 
 def _best(r: dict, framing: str) -> str:
@@ -108,8 +220,10 @@ def _best(r: dict, framing: str) -> str:
 def markdown(rows: list[dict]) -> str:
     head = (
         "| scenario | trace | wall (s) | Spotlight h, median (min-max) | $ median (min-max) |"
-        " best at equal on-demand GPUs | best at equal total GPUs | goal |\n"
-        "| --- | --- | ---: | --- | --- | --- | --- | --- |\n"
+        " best at equal on-demand GPUs | best at equal total GPUs | goal |"
+        " pipelined h, median window (min-max) | pipelined $ (min-max) | pipelined goal |"
+        " pipelined without candidates: h, $ | its goal |\n"
+        "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     lines = []
     for r in rows:
@@ -124,12 +238,19 @@ def markdown(rows: list[dict]) -> str:
 
         lo, hi = r["spotlight_h_range"]
         clo, chi = r["spotlight_usd_range"]
+        plo, phi = r.get("pipelined_h_range", [None, None])
+        pclo, pchi = r.get("pipelined_usd_range", [None, None])
         lines.append(
             f"| {r['scenario']} | {r['trace']} | {r['wall_s']:.0f} |"
             f" {_h(r['spotlight_h'])} ({_h(lo)}-{_h(hi)}) |"
             f" {r['spotlight_usd']:,.0f} ({clo:,.0f}-{chi:,.0f}) |"
             f" {_best(r, 'equal_on_demand_gpus')} | {_best(r, 'equal_total_gpus')} |"
             f" {'holds' if g['holds'] else '; '.join(broken)} |"
+            f" {_spread(r.get('pipelined_h'), plo, phi, _h)} |"
+            f" {_spread(r.get('pipelined_usd'), pclo, pchi, _usd)} |"
+            f" {_pipelined_goal(r.get('goal_pipelined'))} |"
+            f" {_h(r.get('plain_pipeline_h'))}, {_usd(r.get('plain_pipeline_usd'))} |"
+            f" {_pipelined_goal(r.get('goal_plain_pipeline'))} |"
         )
     return head + "\n".join(lines) + "\n"
 

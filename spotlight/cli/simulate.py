@@ -286,6 +286,8 @@ def _add_prompt_flags(sim: argparse.ArgumentParser) -> None:
     sim.add_argument(
         "--async-staleness-factor",
         type=float,
-        help="progress of a one-step-stale iteration relative to on-policy (async_one_step*;"
-        f" an assumption, default {learn_defaults.async_staleness_factor})",
+        help="progress of a one-step-stale iteration relative to on-policy (async_one_step*,"
+        " spotlight_pipelined and its ablations; default"
+        f" {learn_defaults.async_staleness_factor}, measured on OCR-mini:"
+        " docs/bench/staleness-ocr-mini.json)",
     )

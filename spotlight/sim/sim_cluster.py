@@ -291,12 +291,12 @@ class Cluster:
 
     def _trainer_joins(self) -> list[int]:
         """``System.trainer_samples``: the trainer GPUs form sampling groups for the rollout."""
-        if not self.sys.trainer_samples or self.sys.pipeline != "separate":
+        if not self.sys.trainer_samples or self.sys.pipeline not in ("separate", "pipelined"):
             return []
         gids = []
         for size in form_groups(self.trainer_gpus, self.sc.sp_degree, self.sc.valid_degrees):
             g = self._add_group(size, Pool.ON_DEMAND, self.t)
-            g.trainer, g.version = True, self.version  # they hold the fresh weights
+            g.trainer, g.version = True, self.version  # they hold the rollout's weights
             self._od_held = None
             gids.append(g.gid)
         return gids

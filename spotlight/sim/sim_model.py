@@ -208,7 +208,9 @@ class System:
     samplers: str
     """'on_demand' (fixed sampler GPUs) or 'spot' (trace capacity + spill)."""
     exploration: str = "off"
-    """'off', 'critical_path' (best-of-N before each rollout) or 'spot' (during training)."""
+    """'off', 'critical_path' (best-of-N before each rollout), 'spot' (during training) or
+    'oversample' (pipeline 'pipelined' only: the next rollout, sampled during the update, draws
+    the exploration budget as extra candidates and trains on the max-variance G of a prompt's)."""
     uniform_planner: bool = False
     planner_gain: str = "std"
     """What Spotlight's planner learns a chunk is worth (``ExplorationConfig.planner_gain``)."""
@@ -223,21 +225,37 @@ class System:
       (Flow-GRPO, DanceGRPO, verl style); no separate sampler pool, no spot GPUs;
     * 'async_one_step': separate pools, and while iteration t trains the samplers already
       sample iteration t+1's rollout on the weights before t's update (staleness 1; its
-      learning cost is :attr:`LearningModel.async_staleness_factor`)."""
+      learning cost is :attr:`LearningModel.async_staleness_factor`);
+    * 'pipelined': 'async_one_step' on spot samplers (``spotlight_pipelined``): the next
+      rollout, sampled during the update on the weights before it, is oversampled by the
+      exploration budget (``exploration='oversample'``), and with ``trainer_samples`` the
+      trainer GPUs sample what is left of it once the update ends."""
     colocated_gpus: str = "trainer"
     """Colocated only: 'trainer' (the scenario's on-demand trainer GPUs, Spotlight's on-demand
     count) or 'total' (trainer + sampler GPUs: Spotlight's GPUs at full spot capacity, its
     on-demand fallback left out since it runs only while spot capacity is gone)."""
     trainer_samples: bool = False
-    """Separate pools only: the trainer GPUs, idle while the rollout runs, sample rollout items
-    too (they hold the fresh weights: no broadcast wait), from the rollout's start to its end;
-    they are on-demand GPUs held anyway, so the rollout costs no more."""
+    """Separate pools only ('separate', 'pipelined'): the trainer GPUs, idle while the rollout
+    runs, sample rollout items too (they hold the fresh weights: no broadcast wait), from the
+    rollout's start to its end; they are on-demand GPUs held anyway, so the rollout costs no
+    more. Pipelined: they sample the first rollout with the samplers, and every later one's rest
+    from the update's end, with a copy they keep of the weights before the update (the
+    rollout's: no pick-up)."""
     trainer_share: float | None = None
     """On-demand separate pools only: split the same trainer + sampler GPUs as ``share`` trainers
     and the rest samplers (None: the scenario's split). The ``*_split`` systems use 1/3, the
     best share in a scan of 1/6 to 5/6 at both paper scenarios (docs/simulator.md): the
     scenarios' own split, so there they equal ``on_demand_grpo`` and ``async_one_step``; a
     scenario whose samplers and trainers weigh otherwise is where they differ."""
+
+    def __post_init__(self) -> None:
+        pipelined = self.pipeline == "pipelined"
+        allowed = ("off", "oversample") if pipelined else ("off", "critical_path", "spot")
+        if self.exploration not in allowed:
+            raise ValueError(
+                f"system {self.name}: pipeline {self.pipeline!r} explores with one of"
+                f" {allowed}, not {self.exploration!r}"
+            )
 
     def trainer_gpus(self, sc: Scenario) -> int:
         """GPUs that run the update."""
@@ -284,6 +302,28 @@ def _spotlight() -> list[System]:
     ]
 
 
+def _spotlight_pipelined() -> list[System]:
+    """Spotlight's one-step-stale schedule (``pipeline='pipelined'``): spot samplers sample the
+    next rollout, oversampled by the exploration budget, during the update; the trainer GPUs
+    sample what is left of it after the update. Its ablations: one part changed."""
+    pipelined = System(
+        "spotlight_pipelined",
+        "spot",
+        exploration="oversample",
+        pipeline="pipelined",
+        trainer_samples=True,
+    )
+    return [
+        pipelined,
+        dataclasses.replace(
+            pipelined, name="ablation_pipelined_no_oversampling", exploration="off"
+        ),
+        dataclasses.replace(
+            pipelined, name="ablation_pipelined_no_trainer_samples", trainer_samples=False
+        ),
+    ]
+
+
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in [
@@ -296,6 +336,7 @@ SYSTEMS: dict[str, System] = {
         System("async_one_step_split", "on_demand", pipeline="async_one_step", trainer_share=1 / 3),
         System("spot_grpo", "spot"),
         *_spotlight(),
+        *_spotlight_pipelined(),
     ]
 }
 
@@ -364,11 +405,14 @@ class LearningModel:
     ``rank_preservation``: the model before the fit, whose best group std is capped at half a
     prompt's measured range; no ``follow_level``)."""
     async_staleness_factor: float = 1.0
-    """Progress of an iteration trained on a one-step-stale rollout (``async_one_step``) relative
-    to the same rollout on-policy: progress is multiplied by this. An **assumption**, not a
-    measurement: 1.0 (the default) is no penalty; 0.9-1.0 is the range worth trying. LLM RL
-    systems with one-step-off-policy pipelines report results close to on-policy training, but
-    only qualitatively, and nothing here measures it for diffusion models."""
+    """Progress of an iteration trained on a one-step-stale rollout (``async_one_step``,
+    ``spotlight_pipelined`` and its ablations) relative to the same rollout on-policy: progress
+    is multiplied by this. **Measured** on OCR-mini (tiny-ocr, DiffusionNFT at lr 2e-6, to the
+    base + 0.10, 3 training seeds an arm; ``docs/bench/staleness-ocr-mini.json``, written by
+    ``python benchmarks/staleness.py --recipe tiny-ocr --seeds 0 1 2 --target-delta 0.10 --set
+    grpo.learning_rate=2e-6 --set num_val_seeds=2 --runs runs/staleness --out docs/bench``):
+    on-policy 32.0 iterations (34, 34, 28), one version stale 30.0 (32, 28, 30); the factor,
+    on-policy over one-stale clamped to (0, 1], is 1.0. Two versions stale took 32.0."""
 
     def __post_init__(self) -> None:
         if self.signal not in SIGNALS:

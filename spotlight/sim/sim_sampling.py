@@ -28,7 +28,7 @@ class QueueSampling(Cluster):
         if not push and not any(self._takeable_now()):
             # no pull can take anything: only the spot workers' sign of life (see _pull)
             for g in idle:
-                if g.ready_at <= self.t and (g.trainer or g.pool == Pool.SPOT):
+                if g.ready_at <= self.t and g.pool == Pool.SPOT:
                     self._spot_poll = (g.gid, self.t)
             return
         for g in idle:
@@ -40,8 +40,9 @@ class QueueSampling(Cluster):
                 item = g.queue.pop(0)
                 start_step = 0
             else:
-                # trainer GPUs take rollout items as spot replicas do (no spill wait)
-                pool = Pool.SPOT if g.trainer else g.pool
+                # trainer GPUs take rollout items at once (no spill wait), as pool trainer:
+                # no sign of spot life (the spill rule's clock runs on)
+                pool = Pool.TRAINER if g.trainer else g.pool
                 got = self._pull(g.gid, pool)
                 if not got:
                     continue
@@ -69,7 +70,7 @@ class QueueSampling(Cluster):
         of life (the spill rule measures how long spot workers have been absent), so the last
         skipped spot pull is replayed (taking nothing, at its own time) before the next
         on-demand pull that runs. The queue's answers are those of pulling every time."""
-        if not self._takeable_now()[pool != Pool.SPOT]:
+        if not self._takeable_now()[pool == Pool.ON_DEMAND]:
             if pool == Pool.SPOT:
                 self._spot_poll = (gid, self.t)
             return []
@@ -88,8 +89,8 @@ class QueueSampling(Cluster):
         return got
 
     def _takeable_now(self) -> tuple[bool, bool]:
-        """(whether a spot pull, an on-demand one could take something now), after topping up
-        the held-back items."""
+        """(whether a spot or trainer pull, an on-demand one could take something now), after
+        topping up the held-back items."""
         if self._held:
             self._top_up()
         if self._takeable is None:
@@ -138,8 +139,16 @@ class QueueSampling(Cluster):
         else:
             self._pending_changed()
 
-    def _sample(self, items: list[WorkItem], deadline: float | None = None) -> set[str]:
-        """Run until every item is done (or ``deadline``); returns the ids done."""
+    def _sample(
+        self, items: list[WorkItem], deadline: float | None = None, join_at: float | None = None
+    ) -> set[str]:
+        """Run until every item is done (or ``deadline``); returns the ids done. ``join_at``
+        (the pipelined schedule's update end): if items are still waiting then, the trainer
+        GPUs join (:meth:`_trainer_joins`) until every item is done, and leave. They sample
+        with a copy they keep of the weights before the update, the items' version: no
+        pick-up."""
+        if deadline is not None and join_at is not None:
+            raise ValueError("a phase with a deadline is withdrawn then: nothing to join")
         ids = {it.item_id for it in items}
         done: set[str] = set()
         if items:
@@ -166,7 +175,14 @@ class QueueSampling(Cluster):
             self._push(self.t + self.oh.spill_wait_s, "spill_check")
         self._dispatch()
         waiting = set(ids)  # ids - done
+        joined: list[int] = []
         while waiting:
+            if join_at is not None and (not self._events or self._events[0][0] > join_at):
+                self._advance(max(self.t, join_at))  # the update ends: the trainer GPUs join
+                joined = self._trainer_joins()  # (the caller counts the update's version)
+                join_at = None
+                self._dispatch()
+                continue
             if not self._events:
                 if deadline is not None:  # nothing will happen: idle to it, below
                     break
@@ -192,6 +208,7 @@ class QueueSampling(Cluster):
             else:
                 self._handle(kind, payload, spill_check and bool(waiting))
             self._dispatch()
+        self._trainer_leaves(joined)
         if deadline is not None and self.t < deadline:
             self._idle_until(deadline)
         self._held, self._fresh = [], set()  # all done, or withdrawn (some never submitted)

@@ -20,7 +20,10 @@ pool: the same on-demand GPUs sample the rollout and then all of them run the up
 scales with their number as the trainer's does (:func:`update_s`). **One-step-stale** pipelines
 (``async_one_step``) sample iteration t+1's rollout on the weights before t's update while t
 trains, so an iteration takes the longer of the two instead of their sum; the learning model
-charges the staleness (``LearningModel.async_staleness_factor``).
+charges the staleness (``LearningModel.async_staleness_factor``). **Pipelined** Spotlight
+(``spotlight_pipelined``) runs that schedule on spot samplers: the next rollout is oversampled by
+the exploration budget (the max-variance G of a prompt's candidates trained, selected on the same
+rewards), and the trainer GPUs sample what is left of it once the update ends.
 
 Accounting uses :class:`~spotlight.scheduling.costs.Ledger`: held GPU-seconds per pool (spot while
 the trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
@@ -48,7 +51,7 @@ from typing import Any
 from spotlight.config import ExplorationConfig
 from spotlight.explore.planner import Planner
 from spotlight.explore.seeds import max_variance_subset
-from spotlight.explore.strategy import exploration_seeds
+from spotlight.explore.strategy import exploration_seeds, pipelined_seeds
 from spotlight.scheduling.costs import Ledger, PriceTable
 from spotlight.scheduling.traces import CapacityTrace
 from spotlight.scheduling.work_queue import (
@@ -246,6 +249,7 @@ class Simulation(QueueSampling):
         G, P = sc.group_size, sc.prompts_per_iteration
         train_s = update_s(sc, self.costs, self.trainer_gpus)
         one_step_stale = self.sys.pipeline == "async_one_step"
+        pipelined = self.sys.pipeline == "pipelined"
         progress = 0.0
         it = 0
         timeline = []
@@ -263,6 +267,13 @@ class Simulation(QueueSampling):
                 if it == 0:  # ... except the first, which fills the pipeline
                     self._sample(self._items(Kind.ROLLOUT, it, P * G))
                 contrast, live = self._rollout(it, batch, explored, fresh=False)
+            elif pipelined:  # the same, the trainer sampling the first rollout too
+                if it == 0:  # the rate unknown yet: no oversampling
+                    joined = self._trainer_joins()
+                    self._sample(self._items(Kind.ROLLOUT, it, P * G))
+                    self._trainer_leaves(joined)
+                # the candidates are the trained samples: selected on the rewards trained on
+                contrast, live = self._rollout(it, batch, explored, fresh=True)
             elif self.sys.exploration == "critical_path":
                 n = sc.critical_candidates
                 self._sample(self._items(Kind.ROLLOUT, it, P * n))
@@ -273,7 +284,7 @@ class Simulation(QueueSampling):
                 self._trainer_leaves(joined)
                 contrast, live = self._rollout(it, batch, explored, fresh=False)
             sample_s = self.t - t0
-            if sample_s > 0:
+            if sample_s > 0 and not pipelined:  # (pipelined: measured at the update's start)
                 samples = P * (
                     sc.critical_candidates if self.sys.exploration == "critical_path" else G
                 )
@@ -287,12 +298,16 @@ class Simulation(QueueSampling):
             self.ledger.busy(Pool.ON_DEMAND, train_s * self.trainer_gpus)
             explored = {}
             gain = self._progress(contrast, live)
+            if (one_step_stale or pipelined) and it > 0:
+                gain *= lm.async_staleness_factor  # trained on the weights before the last update
+            last = min(1.0, (progress + gain) / lm.baseline_iterations) >= 1.0
             if one_step_stale:
-                if it > 0:  # trained on the weights before the last update
-                    gain *= lm.async_staleness_factor
-                if min(1.0, (progress + gain) / lm.baseline_iterations) < 1.0:
-                    # the next rollout, on the weights before this update, meanwhile
+                if not last:  # the next rollout, on the weights before this update, meanwhile
                     self._sample(self._items(Kind.ROLLOUT, it + 1, P * G))
+                self._sample([], deadline=t_train_end)
+            elif pipelined:
+                if not last:
+                    explored = self._pipelined_rollout(it + 1, next_prompts, train_s, t_train_end)
                 self._sample([], deadline=t_train_end)
             elif self.sys.exploration == "spot":
                 budget = exploration_seeds(self.exploration, train_s, self._rate)
@@ -347,6 +362,31 @@ class Simulation(QueueSampling):
             total_gpus=self.sys.total_gpus(sc),
         )
 
+    def _pipelined_rollout(
+        self, it: int, prompts: list[int], train_s: float, t_train_end: float
+    ) -> dict[int, int]:
+        """``pipeline='pipelined'``: sample iteration ``it``'s rollout during the update that
+        ends at ``t_train_end``, on the weights before it; returns the candidates per prompt
+        (prompts with fewer than 2G train on G random seeds: :meth:`_rollout`).
+
+        With ``exploration='oversample'`` the candidates are the real runners'
+        (``pipelined_seeds``: what the samplers draw in the update time, their own rate now,
+        the trainer's left out, less the rollout's P x G; no sampler up: none), split by the
+        planner as Spotlight's exploration splits its budget: a prompt planned k seeds has k
+        candidates in place of its G. If the rollout is not done when the update ends, the
+        trainer GPUs join it (``trainer_samples``), and the next iteration waits for all of
+        it."""
+        G, P = self.sc.group_size, self.sc.prompts_per_iteration
+        self._rate = self._samplers_rate() or None
+        budget = 0
+        if self.sys.exploration == "oversample":
+            budget = pipelined_seeds(self.exploration, train_s, self._rate, P * G)
+        plan = self.planner.plan([str(p) for p in prompts], budget) if budget else {}
+        n = {p: plan[str(p)] for p in prompts if plan.get(str(p), 0) > 0}
+        samples = P * G + sum(k - G for k in n.values())
+        self._sample(self._items(Kind.ROLLOUT, it, samples), join_at=t_train_end)
+        return n
+
     def _progress(self, contrast: float, live: float) -> float:
         """What an iteration with this rollout counts for, in plain-GRPO iterations
         (LearningModel.signal)."""
@@ -364,8 +404,9 @@ class Simulation(QueueSampling):
     ) -> tuple[float, float]:
         """(mean group reward std, share of live groups) of this rollout (see LearningModel): a
         prompt explored with at least 2G seeds trains on the max-variance G of them, chosen on
-        its stale rewards (``fresh``: on the current weights, the critical path) and scored by
-        its fresh ones."""
+        its stale rewards and scored by its fresh ones (``fresh``: chosen on the rewards it
+        trains on: the critical path's, on the current weights, and the pipelined rollout's,
+        whose candidates are the trained samples)."""
         G = self.sc.group_size
         stds, live = [], 0
         if isinstance(self.rewards, EmpiricalRewards):

@@ -744,6 +744,7 @@ def test_skipped_pulls_and_held_back_items_change_no_result(monkeypatch, hard_sh
         "spot_grpo",
         "spotlight",
         "ablation_no_trainer_samples",
+        "spotlight_pipelined",
     ]
 
     def runs():
@@ -771,3 +772,168 @@ def test_simulate_in_worker_processes_gives_the_serial_results(tmp_path):
     assert parallel == serial
     with pytest.raises(ValueError, match="workers"):
         simulate("small", None, tmp_path / "x", systems=names, workers=0)
+
+
+def _pipelined_run(system: str, train_step_s: float, prompts: int, **learning):
+    """Two spot sampler GPUs (always there) and two trainer GPUs; items of 2 samples x 2 steps
+    at 1 s a sample-step (4 s, after a 2 s weights pick-up when the version changes); the update
+    trains ``prompts`` x 2 samples x 1 step at ``train_step_s`` over the 2 trainer GPUs. No
+    exploration budget (``explore_budget=0``): the rollouts are the plain ``prompts`` x 2."""
+    sc = _hand_scenario(
+        trainer_gpus=2,
+        sampler_gpus=2,
+        prompts_per_iteration=prompts,
+        explore_budget=0,
+        max_hours=1.0,
+        step_costs=StepCosts(sample_step_s=1.0, train_step_s=train_step_s, model_gb=1.0),
+        overheads=Overheads(weights_broadcast_s=2.0, replica_start_s=0.0, spill_wait_s=1e6),
+    )
+    steady = CapacityTrace("steady", (0.0,), (2,), 10**6)
+    learn = LearningModel(**{"baseline_iterations": 6, "live_exponent": 0.0, **learning})
+    r = Simulation(sc, SYSTEMS[system], steady, learning=learn).run()
+    t = [0.0] + [p["t_h"] * 3600 for p in r.timeline]
+    return r, [b - a for a, b in itertools.pairwise(t)]
+
+
+def test_pipelined_spotlight_samples_the_next_rollout_during_the_update():
+    # update: 4 prompts x 2 samples x 4 s / 2 GPUs = 16 s; a rollout: 4 items on the 2 spot
+    # samplers, 2 each = 8 s, after the 2 s pick-up of the weights before the update
+    pipe, gaps = _pipelined_run("spotlight_pipelined", train_step_s=4.0, prompts=4)
+    assert pipe.reached and pipe.iterations == 6
+    assert pipe.ledger.held_s["spot"] == pytest.approx(2 * pipe.wall_h * 3600)
+    # the first rollout fills the pipeline on all 4 GPUs: the trainer's groups (holding the
+    # weights) take 2 items at once (4 s), the samplers the other 2 after their pick-up (6 s);
+    # then every iteration is the update alone: max(16, 2 + 8), not their sum
+    assert gaps == pytest.approx([6 + 16] + [16.0] * 5)
+    # Spotlight's sync schedule samples each rollout (6 s, the same 4 GPUs) and then updates
+    sync, sync_gaps = _pipelined_run("spotlight", train_step_s=4.0, prompts=4)
+    assert sync.iterations == 6 and sync_gaps == pytest.approx([6 + 16] * 6)
+    assert pipe.time_to_target_h < sync.time_to_target_h
+    # without oversampling (no budget here either way) the ablation runs the same schedule
+    _, plain_gaps = _pipelined_run("ablation_pipelined_no_oversampling", 4.0, prompts=4)
+    assert plain_gaps == pytest.approx(gaps)
+
+
+def test_the_trainer_gpus_sample_what_is_left_of_a_rollout_behind_its_update():
+    # update: 8 prompts x 2 x 1 s / 2 = 8 s; a rollout of 8 items on the 2 samplers alone:
+    # 2 s pick-up + 4 rounds of 4 s = 18 s. With the trainer: at 8 s the update ends and the
+    # trainer's 2 groups (keeping the rollout's weights: no pick-up) take 2 of the 4 items
+    # left, done at 12 s; the samplers finish their second round at 10 s and take the other
+    # 2: done at 14 s
+    alone, alone_gaps = _pipelined_run("ablation_pipelined_no_trainer_samples", 1.0, prompts=8)
+    joined, joined_gaps = _pipelined_run("spotlight_pipelined", train_step_s=1.0, prompts=8)
+    assert alone_gaps[1:-1] == pytest.approx([18.0] * 4)
+    assert joined_gaps[1:-1] == pytest.approx([14.0] * 4)
+    assert joined.time_to_target_h < alone.time_to_target_h
+    # the last update starts no rollout: it ends the run
+    assert [alone_gaps[-1], joined_gaps[-1]] == pytest.approx([8.0, 8.0])
+    # the trainer's GPUs are held (and billed) once; their sampling is on-demand work
+    for r in (alone, joined):
+        assert r.ledger.held_s["on_demand"] == pytest.approx(2 * r.wall_h * 3600)
+    update_gpu_s = 8.0 * 2 * joined.iterations
+    assert alone.ledger.busy_s["on_demand"] == pytest.approx(update_gpu_s)
+    assert joined.ledger.busy_s["on_demand"] > update_gpu_s + 4 * 4 * 2  # >= 2 items a rollout
+    assert joined.ledger.cost_usd() < alone.ledger.cost_usd()
+
+
+def test_pipelined_progress_is_scaled_by_the_staleness_factor():
+    # every iteration counts 1 (exponent 0); every stale one (all but the first) x the factor
+    on, _ = _pipelined_run("spotlight_pipelined", 4.0, prompts=4, baseline_iterations=10)
+    half, _ = _pipelined_run(
+        "spotlight_pipelined", 4.0, prompts=4, baseline_iterations=10, async_staleness_factor=0.5
+    )
+    assert on.iterations == 10
+    assert half.reached and half.iterations == 19  # 1 + 0.5 x 18 >= 10 > 1 + 0.5 x 17
+    assert half.time_to_target_h > on.time_to_target_h
+    # the factor is the one-step-stale schedules' alone: Spotlight's sync one is on-policy
+    sync, _ = _pipelined_run(
+        "spotlight", 4.0, prompts=4, baseline_iterations=10, async_staleness_factor=0.5
+    )
+    assert sync.iterations == 10
+
+
+def test_oversampling_the_pipelined_rollout_rescues_dead_groups(tmp_path):
+    # a binary population where most prompts rarely succeed: many random groups of 4 are dead
+    per_prompt = [{"rewards": [1.0] * k + [0.0] * (8 - k)} for k in (0, 0, 1, 1, 2, 3, 5, 8)]
+    population = tmp_path / "binary.json"
+    population.write_text(json.dumps({"per_prompt": per_prompt}))
+    # 8 spot samplers at 0.5 samples/s each; the update of 8 prompts x 4 samples takes 32 s:
+    # 4 x 32 = 128 seeds in the update's time, 96 once the rollout's 32 are drawn: 12
+    # candidates for each of the 8 prompts in place of their 4
+    sc = dataclasses.replace(
+        _explore_scenario(max_hours=4.0),
+        sampler_gpus=8,
+        overheads=Overheads(weights_broadcast_s=2.0, replica_start_s=0.0, spill_wait_s=1e6),
+    )
+    steady = CapacityTrace("steady", (0.0,), (8,), 10**6)
+    learn = LearningModel(baseline_iterations=20, prompts_file=str(population), live_exponent=1)
+    runs = {
+        name: Simulation(sc, SYSTEMS[name], steady, learning=learn).run()
+        for name in ("spotlight_pipelined", "ablation_pipelined_no_oversampling")
+    }
+    over, plain = runs["spotlight_pipelined"], runs["ablation_pipelined_no_oversampling"]
+    assert over.reached and plain.reached
+
+    def mean(r, key: str) -> float:  # iteration 0 fills the pipeline: no candidates there
+        return float(np.mean([p[key] for p in r.timeline[1:]]))
+
+    assert mean(over, "live_share") > mean(plain, "live_share") + 0.1
+    assert mean(over, "contrast") > mean(plain, "contrast")
+    assert over.iterations < plain.iterations
+    # the candidates are sampled, on the spot GPUs (about twice the plain rollout's busy time)
+    spot_per_iteration = [r.ledger.busy_s["spot"] / r.iterations for r in (over, plain)]
+    assert spot_per_iteration[0] > 1.5 * spot_per_iteration[1]
+
+
+def test_pipelined_systems_and_their_ablations_are_defined_and_checked():
+    pipe = SYSTEMS["spotlight_pipelined"]
+    assert (pipe.samplers, pipe.exploration, pipe.pipeline, pipe.trainer_samples) == (
+        "spot",
+        "oversample",
+        "pipelined",
+        True,
+    )
+    assert SYSTEMS["ablation_pipelined_no_oversampling"].exploration == "off"
+    assert not SYSTEMS["ablation_pipelined_no_trainer_samples"].trainer_samples
+    assert SYSTEMS["spotlight"].pipeline == "separate"  # the sync schedule stays
+    with pytest.raises(ValueError, match="explores with one of"):
+        dataclasses.replace(pipe, exploration="spot")
+    with pytest.raises(ValueError, match="explores with one of"):
+        dataclasses.replace(SYSTEMS["spotlight"], exploration="oversample")
+
+
+def test_the_trainers_pulls_do_not_hold_the_fallback_back():
+    # No spot capacity ever: Spotlight's trainer GPU samples every rollout, the fallback joins
+    # once items waited 30 s (16 items of 2 samples x 2 steps at 1 s: 4 s each, 2 s pick-up).
+    # The trainer pulls as pool trainer, no sign of spot life, so from the second rollout on
+    # the fallback (kept: spot never returns) takes items at once: the trainer holds the
+    # weights and finishes one every 4 s from 0, the fallback after its pick-up every 4 s from
+    # 6; 16 items by 34 s, then the 32 s update. (Pulling as spot, the trainer would make the
+    # fallback wait 30 s of every rollout.)
+    sc = _hand_scenario(
+        prompts_per_iteration=16,
+        max_hours=1.0,
+        overheads=Overheads(weights_broadcast_s=2.0, replica_start_s=0.0, spill_wait_s=30.0),
+    )
+    none = CapacityTrace("none", (0.0,), (0,), 3600.0)
+    learn = LearningModel(baseline_iterations=4, live_exponent=0.0)
+    r = Simulation(sc, SYSTEMS["spotlight"], none, learning=learn).run()
+    t = [0.0] + [p["t_h"] * 3600 for p in r.timeline]
+    # the first rollout: the trainer alone for 30 s (7 items, the 8th ends at 32), then both:
+    # 48 s, and the update
+    assert [b - a for a, b in itertools.pairwise(t)] == pytest.approx([48 + 32] + [34 + 32] * 3)
+    assert r.spill_launches == 1
+
+
+def test_pipelined_spotlight_runs_on_every_window_and_its_ablations_on_the_median(tmp_path):
+    from spotlight.sim.sim_report import simulate
+
+    names = ["spotlight", "spotlight_pipelined", "ablation_pipelined_no_oversampling"]
+    s = simulate("small", None, tmp_path / "w", systems=names, trace_windows=3)
+    w = s["trace_windows"]
+    assert set(w["by_system"]) == {"spotlight", "spotlight_pipelined"}
+    # the summary shows Spotlight's median window, for the pipelined system too
+    times = w["by_system"]["spotlight_pipelined"]["time_to_target_h"]["values"]
+    assert len(times) == 3
+    assert s["systems"]["spotlight_pipelined"]["time_to_target_h"] == times[w["median_window"]]
+    assert "spotlight_pipelined" in s["ratios"]
