@@ -54,7 +54,7 @@ from spotlight.training.pipeline import (
     pipelined_plan,
     samples_lag,
 )
-from spotlight.training.rollout import plan_rollout
+from spotlight.training.rollout import RolloutPlan, plan_rollout
 
 
 def validate_now(cfg: Config, iteration: int, wall_s: float) -> bool:
@@ -262,26 +262,10 @@ class ReferenceLoop:
         rollout_version = self.weights_version
         if todo:
             with self.rollout_weights() as rollout_version:
-                rolled = sample(
-                    self.policy,
-                    [p for p, _ in todo],
-                    [s for _, s in todo],
-                    cfg.sampler,
-                    rollout_version,
-                    init_seeds=plan.to_sample_init,
-                )
-            images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
-            rolled_r = [float(r) for r in self.reward(images, [p for p, _ in todo])]
+                rolled, rolled_r = self._sample_scored(plan, rollout_version)
         rate = len(todo) / (time.perf_counter() - t_rollout) if todo else None
-        reused = {} if selection is None else selection.trajectories
-        trajectories = plan.assemble(
-            rolled, {p: [Trajectory.from_bytes(b) for b in bs] for p, bs in reused.items()}
-        )
-        rewards = plan.assemble(rolled_r, {p: selection.selected_rewards[p] for p in reused})
-        per_prompt = [(p, rewards[b * group : (b + 1) * group]) for b, p in enumerate(plan.prompts)]
-        pools = self.explore.rollout_scored(per_prompt, selection, extra)
-        advantages, group_stats = score_groups(
-            torch.tensor(rewards, dtype=torch.float32), cfg, iteration, pools
+        trajectories, advantages, group_stats = self._batch(
+            iteration, plan, rolled, rolled_r, selection, extra
         )
         t1 = time.perf_counter()
         self.explore.measured(t1 - t0, rate)
@@ -294,23 +278,7 @@ class ReferenceLoop:
             )
             results = self._run_items(explored.work_items(cfg.seed, cfg.sampler.batch_size))
             extra["explore_s"] = time.perf_counter() - t1
-        t_update = time.perf_counter()
-        stats = grpo_update(
-            self.policy,
-            self.optimizer,
-            trajectories,
-            advantages,
-            cfg.grpo,
-            seed=update_seed(cfg, iteration),
-            ref_policy=self.ref_policy,
-            old_policy=self.old_policy,
-        )
-        if self.old_policy is not None:
-            steps = int(stats["num_optimizer_steps"])
-            stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, cfg.grpo)
-        t2 = time.perf_counter()
-        self.weights_version += 1
-        self.explore.trained(t2 - t_update)
+        stats, train_s = self._train(iteration, trajectories, advantages, self.old_policy)
         if explored is not None:
             self.explore.spot_explored(explored, results, self.weights_version)
         row = metrics_row(
@@ -319,7 +287,7 @@ class ReferenceLoop:
             group_stats,
             len(trajectories),
             t1 - t0,
-            t2 - t_update,
+            train_s,
             stats,
         )
         if self.explore.mode != "off":
@@ -360,15 +328,8 @@ class ReferenceLoop:
             set(selection.trajectories) if selection is not None else set(),
             init_seeds,
         )
-        reused = {} if selection is None else selection.trajectories
-        trajectories = plan.assemble(
-            pend.rolled, {p: [Trajectory.from_bytes(b) for b in bs] for p, bs in reused.items()}
-        )
-        rewards = plan.assemble(pend.rolled_r, {p: selection.selected_rewards[p] for p in reused})
-        per_prompt = [(p, rewards[b * group : (b + 1) * group]) for b, p in enumerate(plan.prompts)]
-        pools = self.explore.rollout_scored(per_prompt, selection, extra)
-        advantages, group_stats = score_groups(
-            torch.tensor(rewards, dtype=torch.float32), cfg, iteration, pools
+        trajectories, advantages, group_stats = self._batch(
+            iteration, plan, pend.rolled, pend.rolled_r, selection, extra
         )
         self.explore.measured(pend.sample_s, pend.rate)
         t1 = time.perf_counter()
@@ -381,30 +342,15 @@ class ReferenceLoop:
             self.weights_version,
             ROLLOUT_LAG[cfg.schedule],
         )
-        t_update = time.perf_counter()
-        stats = grpo_update(
-            self.policy,
-            self.optimizer,
-            trajectories,
-            advantages,
-            cfg.grpo,
-            seed=update_seed(cfg, iteration),
-            ref_policy=self.ref_policy,
-            old_policy=old_policy_for(cfg, lag, self.old_policy, pend.weights),
-        )
-        if self.old_policy is not None:
-            steps = int(stats["num_optimizer_steps"])
-            stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, cfg.grpo)
-        t2 = time.perf_counter()
-        self.weights_version += 1
-        self.explore.trained(t2 - t_update)
+        v_old = old_policy_for(cfg, lag, self.old_policy, pend.weights)
+        stats, train_s = self._train(iteration, trajectories, advantages, v_old)
         row = metrics_row(
             iteration,
             self.weights_version,
             group_stats,
             len(trajectories),
             (pend.sample_s if sampled_before else 0.0) + (t1 - t0),
-            t2 - t_update,
+            train_s,
             stats,
         )
         row["schedule"] = "pipelined"
@@ -438,20 +384,65 @@ class ReferenceLoop:
         )
         todo, rolled, rolled_r = plan.to_sample, [], []
         if todo:
-            rolled = sample(
-                self.policy,
-                [p for p, _ in todo],
-                [s for _, s in todo],
-                cfg.sampler,
-                exp.weights_version,
-                init_seeds=plan.to_sample_init,
-            )
-            images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
-            rolled_r = [float(r) for r in self.reward(images, [p for p, _ in todo])]
+            rolled, rolled_r = self._sample_scored(plan, exp.weights_version)
         n = len(todo) + sum(len(r.rewards) for r in explored.values())
         took = time.perf_counter() - t0
         rate = n / took if n else None
         return PendingRollout(exp, plan, explored, rolled, rolled_r, weights, took, rate)
+
+    # -- The steps both schedules share ---------------------------------------------------
+    def _sample_scored(self, plan: RolloutPlan, version: int) -> tuple[list, list[float]]:
+        """Sample and score what ``plan`` samples, with the weights the policy holds (labelled
+        ``version``): its trajectories and rewards, in order."""
+        todo = plan.to_sample
+        rolled = sample(
+            self.policy,
+            [p for p, _ in todo],
+            [s for _, s in todo],
+            self.cfg.sampler,
+            version,
+            init_seeds=plan.to_sample_init,
+        )
+        images = self.policy.decode(torch.stack([tr.latents for tr in rolled]))
+        return rolled, [float(r) for r in self.reward(images, [p for p, _ in todo])]
+
+    def _batch(self, iteration: int, plan: RolloutPlan, rolled, rolled_r, selection, extra):
+        """The training batch: the sampled and the selected samples in batch order, scored
+        (exploration learns from the rewards); (trajectories, advantages, group stats)."""
+        group = self.cfg.grpo.group_size
+        reused = {} if selection is None else selection.trajectories
+        trajectories = plan.assemble(
+            rolled, {p: [Trajectory.from_bytes(b) for b in bs] for p, bs in reused.items()}
+        )
+        rewards = plan.assemble(rolled_r, {p: selection.selected_rewards[p] for p in reused})
+        per_prompt = [(p, rewards[b * group : (b + 1) * group]) for b, p in enumerate(plan.prompts)]
+        pools = self.explore.rollout_scored(per_prompt, selection, extra)
+        advantages, group_stats = score_groups(
+            torch.tensor(rewards, dtype=torch.float32), self.cfg, iteration, pools
+        )
+        return trajectories, advantages, group_stats
+
+    def _train(self, iteration: int, trajectories, advantages, v_old) -> tuple[dict, float]:
+        """The update of ``iteration`` (``v_old``: DiffusionNFT's old policy for it), the EMA
+        step, the new version; (loss statistics, seconds)."""
+        t0 = time.perf_counter()
+        stats = grpo_update(
+            self.policy,
+            self.optimizer,
+            trajectories,
+            advantages,
+            self.cfg.grpo,
+            seed=update_seed(self.cfg, iteration),
+            ref_policy=self.ref_policy,
+            old_policy=v_old,
+        )
+        if self.old_policy is not None:
+            steps = int(stats["num_optimizer_steps"])
+            stats["nft_old_decay"] = self.old_policy.step(self.policy, steps, self.cfg.grpo)
+        train_s = time.perf_counter() - t0
+        self.weights_version += 1
+        self.explore.trained(train_s)
+        return stats, train_s
 
     def _run_items(
         self, items: list[WorkItem], sampling_weights: bool = True
