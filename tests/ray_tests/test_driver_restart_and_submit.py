@@ -36,19 +36,25 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in f.read_text().splitlines() if x] if f.exists() else []
 
 
-PIPELINED = ["schedule=pipelined", "exploration.mode=spot", "exploration.budget_seeds=16"]
-"""The killed driver's run: the pipelined schedule with oversampled candidates."""
+PIPELINED = [
+    "schedule=pipelined",
+    "exploration.mode=spot",
+    "exploration.budget_seeds=8",
+    "grpo.loss=nft",
+]
+"""The killed driver's run: the pipelined schedule, 8 candidates (for one of the 2 prompts; the
+other samples its own 4 seeds), DiffusionNFT (its v_old the weights that sampled the batch)."""
 
 
-def _reference_weights(iterations: int, overrides: list[str] = ()) -> dict:
+def _reference(iterations: int, overrides: list[str] = ()) -> tuple[dict, list[dict]]:
+    """The reference loop's final weights and rows."""
     from spotlight.config import apply_overrides
 
     cfg = apply_overrides(smoke(iterations), list(overrides))
     torch.set_num_threads(1)
     loop = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
-    for i in range(iterations):
-        loop.run_iteration(i)
-    return loop.policy.state_dict()
+    rows = [loop.run_iteration(i) for i in range(iterations)]
+    return loop.policy.state_dict(), rows
 
 
 def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
@@ -59,15 +65,21 @@ def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
     assert state["iterations_done"] == 3 and state["weights_version"] == 3
     # An update applied twice (or skipped) would move the weights away from the reference.
     trained = load_file(str(out / "checkpoint" / "policy.safetensors"))
-    for k, v in _reference_weights(3, overrides).items():
+    weights, ref_rows = _reference(3, overrides)
+    for got, want in zip(rows, ref_rows, strict=True):  # the local runner's selections
+        for key in ("seeds_explored", "explore_prompts", "num_samples"):
+            assert got.get(key) == want.get(key), key
+        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
+    for k, v in weights.items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
 
 
 def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tmp_path):
     """Killed mid-pipeline: the next iteration's rollout (with its candidates) was in the
     queue, sampled on the weights before the last update. The resumed driver resubmits it
-    (finished items reused), its trainer publishes those weights again from the checkpoint, and
-    the run ends on the local runner's weights."""
+    (finished items reused), its trainer publishes those weights again from the checkpoint
+    (and, with ``--trainer-samples``, samples what is left of a rollout with them), and the
+    run ends on the local runner's selections, rewards and weights."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
@@ -80,7 +92,10 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
     try:
         sets = [a for kv in PIPELINED for a in ("--set", kv)]
         first = subprocess.Popen(
-            [*TRAIN, *sets, "--out", str(out)], env=env, stdout=log, stderr=log
+            [*TRAIN, *sets, "--trainer-samples", "--out", str(out)],
+            env=env,
+            stdout=log,
+            stderr=log,
         )
         deadline = time.monotonic() + 240
         state_file = out / "checkpoint" / "state.json"  # the commit: written after the row
@@ -96,7 +111,7 @@ def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tm
         )
 
         second = subprocess.run(
-            [*TRAIN[:-2], "--resume", str(out)],
+            [*TRAIN[:-2], "--trainer-samples", "--resume", str(out)],
             env=env,
             capture_output=True,
             text=True,
