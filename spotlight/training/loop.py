@@ -236,7 +236,7 @@ class ReferenceLoop:
         """Explore (as configured), sample, score, update. Returns the iteration's metrics."""
         if self.cfg.schedule == "pipelined":
             return self._pipelined_iteration(iteration)
-        cfg, group = self.cfg, self.cfg.grpo.group_size
+        cfg = self.cfg
         t0 = time.perf_counter()
         prompts, seeds, init_seeds = iteration_batch(
             cfg, self.train_prompts, iteration, with_init_seeds=True
@@ -248,14 +248,7 @@ class ReferenceLoop:
             )
             results = self._run_items(exp.work_items(cfg.seed, cfg.sampler.batch_size))
             selection, extra = self.explore.critical_path_explored(exp, results)
-        plan = plan_rollout(
-            prompts,
-            seeds,
-            group,
-            selection.seeds if selection is not None else None,
-            set(selection.trajectories) if selection is not None else set(),
-            init_seeds,
-        )
+        plan = self._plan(prompts, seeds, init_seeds, selection)
         t_rollout = time.perf_counter()
         todo = plan.to_sample
         rolled, rolled_r = [], []
@@ -300,7 +293,7 @@ class ReferenceLoop:
     def _pipelined_iteration(self, iteration: int) -> dict[str, Any]:
         """Train on the rollout sampled before the last update (the first iteration's, and a
         resumed run's first, is sampled now), after sampling the next one on these weights."""
-        cfg, group = self.cfg, self.cfg.grpo.group_size
+        cfg = self.cfg
         t0 = time.perf_counter()
         prompts, seeds, init_seeds = iteration_batch(
             cfg, self.train_prompts, iteration, with_init_seeds=True
@@ -320,14 +313,7 @@ class ReferenceLoop:
             )
         self.resume_rollout = None
         selection, extra = self.explore.pipelined_selected(pend.exploration, pend.explored)
-        plan = plan_rollout(
-            prompts,
-            seeds,
-            group,
-            selection.seeds if selection is not None else None,
-            set(selection.trajectories) if selection is not None else set(),
-            init_seeds,
-        )
+        plan = self._plan(prompts, seeds, init_seeds, selection)
         trajectories, advantages, group_stats = self._batch(
             iteration, plan, pend.rolled, pend.rolled_r, selection, extra
         )
@@ -391,6 +377,18 @@ class ReferenceLoop:
         return PendingRollout(exp, plan, explored, rolled, rolled_r, weights, took, rate)
 
     # -- The steps both schedules share ---------------------------------------------------
+    def _plan(self, prompts, seeds, init_seeds, selection) -> RolloutPlan:
+        """The batch's rollout with a selection's seeds in place and its sampled prompts
+        reused (``selection`` None: the random seeds, all sampled)."""
+        return plan_rollout(
+            prompts,
+            seeds,
+            self.cfg.grpo.group_size,
+            selection.seeds if selection is not None else None,
+            set(selection.trajectories) if selection is not None else set(),
+            init_seeds,
+        )
+
     def _sample_scored(self, plan: RolloutPlan, version: int) -> tuple[list, list[float]]:
         """Sample and score what ``plan`` samples, with the weights the policy holds (labelled
         ``version``): its trajectories and rewards, in order."""
