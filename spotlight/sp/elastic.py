@@ -60,6 +60,19 @@ def _build_policy(policy: dict[str, Any], state: dict, degree: int):
     return module
 
 
+def _forget_failed_group() -> None:
+    """Undo what a failed ``init_process_group`` (a peer died while the group formed) leaves.
+
+    torch names the default group after a per-process counter, counts the group before its
+    rendezvous, and sets the counter back to 0 only when a group is destroyed. A failed init
+    destroys nothing, so this worker would be one ahead of its peers (who destroyed theirs) and
+    the next group's rendezvous would wait on keys no peer writes (a ``DistStoreError`` after
+    ``timeout_s``). No group exists here, so the count is 0 (torch has no public setter)."""
+    from torch.distributed import distributed_c10d
+
+    distributed_c10d._world.group_count = 0
+
+
 class _Worker:
     """The state of one worker process and its commands (each returns the reply)."""
 
@@ -93,13 +106,17 @@ class _Worker:
         t0 = time.perf_counter()
         self._leave()
         t1 = time.perf_counter()
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=self.timeout_s),
-        )
+        try:
+            dist.init_process_group(
+                "gloo",
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world,
+                timeout=datetime.timedelta(seconds=self.timeout_s),
+            )
+        except Exception:
+            _forget_failed_group()
+            raise
         t2 = time.perf_counter()
         check = torch.tensor([float(rank + 1)])
         dist.all_reduce(check)  # the new group works: sum of 1..world

@@ -50,6 +50,29 @@ def test_survivors_regroup_in_the_same_processes_and_a_joiner_copies_a_peer(tmp_
     assert nw.workers == {}
 
 
+def test_a_worker_lost_while_its_group_forms_leaves_survivors_that_regroup():
+    """Worker 1 dies before it joins its group: worker 0 waits for it until ``timeout_s`` and
+    gives up; the survivors then form a group of their own (one had formed and left one group
+    meanwhile, the other only failed to form one: torch's group names must agree)."""
+    from spotlight.sp.elastic import WorkerLost
+
+    nw = NodeWorkers(3, timeout_s=2.0)
+    try:
+        nw.workers[1].proc.kill()
+        nw.workers[1].proc.join()
+        with pytest.raises(WorkerLost) as lost:
+            nw.form([[0, 1], [2]])
+        assert lost.value.dead == [1]
+        nw.lose(1)
+        again = nw.form([[0, 2]])
+        assert nw.groups == [[0, 2]]
+        assert {r["sum"] for r in again["workers"].values()} == {3.0}  # 1 + 2
+        live = nw.pids()
+    finally:
+        nw.shutdown()
+    assert not any(_alive(p) for p in live)
+
+
 def test_bad_worker_counts_are_refused():
     with pytest.raises(ValueError, match="at least one worker"):
         NodeWorkers(0)
