@@ -1,13 +1,15 @@
-"""The job as users run it: a driver killed and resumed on a live cluster, and ray job submit."""
+"""The job as users run it on a cluster: a driver killed, its run resumed with ray job submit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -74,65 +76,16 @@ def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
 
 
-def test_a_killed_driver_resumes_on_the_live_cluster_and_trains_nothing_twice(tmp_path):
-    """Killed mid-pipeline: the next iteration's rollout (with its candidates) was in the
-    queue, sampled on the weights before the last update. The resumed driver resubmits it
-    (finished items reused), its trainer publishes those weights again from the checkpoint
-    (and, with ``--trainer-samples``, samples what is left of a rollout with them), and the
-    run ends on the local runner's selections, rewards and weights."""
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 6, "resources": local_resources(ray_options())},
-    )
-    out = tmp_path / "run"
-    env = _env(RAY_ADDRESS=cluster.address)
-    log = (tmp_path / "first.log").open("w")
-    try:
-        sets = [a for kv in PIPELINED for a in ("--set", kv)]
-        first = subprocess.Popen(
-            [*TRAIN, *sets, "--trainer-samples", "--out", str(out)],
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-        deadline = time.monotonic() + 240
-        state_file = out / "checkpoint" / "state.json"  # the commit: written after the row
-        while not state_file.exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert state_file.exists(), (tmp_path / "first.log").read_text()[-3000:]
-        first.send_signal(signal.SIGKILL)  # mid-run: its trainer and the next iteration die
-        first.wait()
-        done_before = json.loads((out / "checkpoint" / "state.json").read_text())
-        assert done_before["iterations_done"] < 3
-        assert (
-            done_before["pending_rollout"]["weights_version"] == done_before["weights_version"] - 1
-        )
-
-        second = subprocess.run(
-            [*TRAIN[:-2], "--trainer-samples", "--resume", str(out)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-        assert "reusing the queue's finished items" in second.stdout  # same actors, same run
-        _assert_trained_once(out, PIPELINED)
-        assert [r["rollout_lag"] for r in _rows(out)] == [0, 1, 1]
-    finally:
-        log.close()
-        cluster.shutdown()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_ray_job_submit_runs_a_short_job_to_completion(tmp_path):
+@contextlib.contextmanager
+def _ray_head():
+    """``ray start --head`` with the job's resources and the dashboard (its job server), as on
+    a cluster's head node; yields (the GCS address, the job server's address)."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
     port, dash = _free_port(), _free_port()
     # Every fixed-default port moved off its default, so another Ray on the machine (a local
@@ -150,31 +103,89 @@ def test_ray_job_submit_runs_a_short_job_to_completion(tmp_path):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
-    out = tmp_path / "job"
     try:
-        submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--"]
-        entry = [*TRAIN[:-1], "2", "--out", str(out)]
-        # Wait until the cluster accepts jobs: the dashboard answers before the node's job
-        # agent is up ("No available agent to submit job, please try again later").
-        deadline = time.monotonic() + 180
-        while True:
-            probe = subprocess.run(
-                [*submit, "echo", "ready"], env=_env(), capture_output=True, text=True, timeout=120
-            )
-            if probe.returncode == 0 or time.monotonic() > deadline:
+        deadline = time.monotonic() + 120  # the GCS listens: drivers can join
+        while time.monotonic() < deadline and head.poll() is None:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
                 break
-            time.sleep(2)
-        assert probe.returncode == 0, probe.stderr[-2000:]
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}"
+    finally:
+        # `ray start --block` does not exit on SIGTERM (it waited out any timeout given here):
+        # a few seconds to flush, then its process group (the GCS, raylet, dashboard and the
+        # processes they started) is killed.
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+
+
+def _wait_for_job_server(submit: list[str], answer: dict) -> None:
+    """Until the cluster accepts jobs: the dashboard answers before the node's job agent is up
+    ("No available agent to submit job, please try again later"). ``answer`` gets the last
+    probe's return code and error output."""
+    deadline = time.monotonic() + 180
+    while True:
+        probe = subprocess.run(
+            [*submit, "echo", "ready"], env=_env(), capture_output=True, text=True, timeout=120
+        )
+        if probe.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    answer.update(returncode=probe.returncode, stderr=probe.stderr[-2000:])
+
+
+def test_a_killed_driver_is_resumed_with_ray_job_submit_and_trains_nothing_twice(tmp_path):
+    """A driver started on a live cluster is killed mid-pipeline: the next iteration's rollout
+    (with its candidates) was in the queue, sampled on the weights before the last update. The
+    run is resumed as users run jobs, with ``ray job submit``: the resumed driver resubmits the
+    rollout (finished items reused), its trainer publishes those weights again from the
+    checkpoint (and, with ``--trainer-samples``, samples what is left of a rollout with them),
+    the job succeeds, and the run ends on the local runner's selections, rewards and
+    weights."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    out = tmp_path / "run"
+    log = (tmp_path / "first.log").open("w")
+    with _ray_head() as (address, job_server), contextlib.closing(log):
+        submit = [ray_bin, "job", "submit", f"--address={job_server}", "--"]
+        answer: dict = {}  # the job server comes up while the first driver runs
+        waiter = threading.Thread(target=_wait_for_job_server, args=(submit, answer), daemon=True)
+        waiter.start()
+        sets = [a for kv in PIPELINED for a in ("--set", kv)]
+        first = subprocess.Popen(
+            [*TRAIN, *sets, "--trainer-samples", "--out", str(out)],
+            env=_env(RAY_ADDRESS=address),
+            stdout=log,
+            stderr=log,
+        )
+        deadline = time.monotonic() + 240
+        state_file = out / "checkpoint" / "state.json"  # the commit: written after the row
+        while not state_file.exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert state_file.exists(), (tmp_path / "first.log").read_text()[-3000:]
+        first.send_signal(signal.SIGKILL)  # mid-run: its trainer and the next iteration die
+        first.wait()
+        done_before = json.loads((out / "checkpoint" / "state.json").read_text())
+        assert done_before["iterations_done"] < 3
+        assert (
+            done_before["pending_rollout"]["weights_version"] == done_before["weights_version"] - 1
+        )
+
+        waiter.join()
+        assert answer["returncode"] == 0, answer["stderr"]
         job = subprocess.run(
-            [*submit, *entry], env=_env(), capture_output=True, text=True, timeout=400
+            [*submit, *TRAIN[:-2], "--trainer-samples", "--resume", str(out)],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=400,
         )
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
         assert "succeeded" in job.stdout
+        assert "reusing the queue's finished items" in job.stdout  # same actors, same run
+        _assert_trained_once(out, PIPELINED)
+        assert [r["rollout_lag"] for r in _rows(out)] == [0, 1, 1]
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["runner"] == "ray" and summary["num_iterations"] == 2
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops its processes
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+        assert summary["runner"] == "ray" and summary["num_iterations"] == 3

@@ -22,52 +22,6 @@ def _rows(path):
     return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines() if x]
 
 
-def test_iterations_through_serve_train_and_actors_match_the_reference_loop(local_ray, tmp_path):
-    from spotlight.job.run import run_ray
-
-    cfg = smoke(iterations=2)
-    prices = PriceTable(on_demand_usd_per_gpu_h=3.6, spot_discount=0.75)
-    summary = run_ray(cfg, tmp_path, opts=ray_options(prices=prices))
-
-    rows = _rows(tmp_path)
-    assert [r["iteration"] for r in rows] == [0, 1]
-    assert [r["weights_version"] for r in rows] == [1, 2]
-    assert "val_reward" in rows[-1]
-    state = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
-    assert state["iterations_done"] == 2 and state["weights_version"] == 2
-
-    # Same seeds, same starting weights: the samples, rewards and updates are the reference
-    # loop's (one torch thread on both sides).
-    torch.set_num_threads(1)
-    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
-    ref_rows = [ref.run_iteration(i) for i in range(2)]
-    for got, want in zip(rows, ref_rows, strict=True):
-        assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
-        assert got["group_reward_std_mean"] == pytest.approx(
-            want["group_reward_std_mean"], abs=1e-6
-        )
-    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    for k, v in ref.policy.state_dict().items():
-        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
-
-    # Accounting: every item's busy time is inside the held time; cost = held x price.
-    last = rows[-1]
-    assert 0 < last["busy_gpu_s_spot"] <= last["gpu_s_spot"]
-    assert 0 < last["busy_gpu_s_on_demand"] <= last["gpu_s_on_demand"]
-    spot_h, od_h = last["gpu_s_spot"] / 3600, last["gpu_s_on_demand"] / 3600
-    assert last["cost_usd"] == pytest.approx(spot_h * 0.9 + od_h * 3.6)
-    assert last["items_lost"] == 0 and last["duplicates_ignored"] == 0
-    assert last["replicas"] == {"spot": 2}
-    assert summary["final_val_reward"] == rows[-1]["val_reward"]
-    assert (tmp_path / "report.png").stat().st_size > 0
-
-    # The run cleaned up: the detached actors are gone.
-    from spotlight.actors.names import NAMESPACE, REQUEST_QUEUE
-
-    with pytest.raises(ValueError):
-        local_ray.get_actor(REQUEST_QUEUE, namespace=NAMESPACE)
-
-
 def test_a_job_the_cluster_can_never_hold_is_refused_before_work(local_ray, tmp_path, monkeypatch):
     """Live nodes only: refused. With an autoscaler whose node types can hold it: waited for,
     and said so. With node types that never can: refused, naming the shortfall and the flag."""
@@ -123,51 +77,36 @@ def _group_noise(cfg):
     return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, group_init_noise=True))
 
 
-def test_a_qwen_image_recipe_with_a_model_reward_runs_as_the_reference_loop(
+def test_a_qwen_image_recipe_runs_through_serve_train_and_actors_as_the_reference_loop(
     local_ray, tmp_path_factory, tmp_path
 ):
-    """qwen-image-geneval-512 as shipped but for its sizes, on tiny random Qwen-Image, Mask2Former
-    and CLIP folders: the Serve replicas load the policy, the reward deployment loads the
-    reward's models from ``reward_model``, and the run equals the reference loop's."""
+    """qwen-image-geneval-512 as shipped but for its sizes (and 2 iterations), on tiny random
+    Qwen-Image, Mask2Former and CLIP folders: the Serve replicas load the policy, the reward
+    deployment loads the reward's models from ``reward_model``, and with the same seeds and
+    starting weights the samples, rewards and updates are the reference loop's (one torch
+    thread on both sides). Its accounting adds up, and it cleans up after itself."""
+    import dataclasses
+
     from tiny_hf.recipes import save_tiny_models, tiny_recipe
 
     from spotlight.job.run import run_ray
 
     cfg = tiny_recipe("qwen-image-geneval-512", save_tiny_models(tmp_path_factory.mktemp("m")))
-    run_ray(cfg, tmp_path, opts=ray_options())
-    (row,) = _rows(tmp_path)
+    cfg = dataclasses.replace(cfg, num_iterations=2)
+    prices = PriceTable(on_demand_usd_per_gpu_h=3.6, spot_discount=0.75)
+    summary = run_ray(cfg, tmp_path, opts=ray_options(prices=prices))
+
+    rows = _rows(tmp_path)
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert [r["weights_version"] for r in rows] == [1, 2]
+    assert "val_reward" in rows[-1]
+    state = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
+    assert state["iterations_done"] == 2 and state["weights_version"] == 2
+
     torch.set_num_threads(1)
     ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward, cfg.reward_model))
-    want = ref.run_iteration(0)
-    assert row["num_samples"] == want["num_samples"] == 8
-    assert row["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
-    assert row["group_reward_std_mean"] == pytest.approx(want["group_reward_std_mean"], abs=1e-6)
-    trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
-    for k, v in ref.policy.state_dict().items():
-        torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
-
-
-def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, tmp_path):
-    """With ``trainer_samples`` the Ray Train worker takes rollout items while it waits for the
-    rollout: some items come from it, and the run still equals the reference loop (the same
-    bits whoever samples a seed). With ``grpo.nft_old_ema`` it samples with the old policy
-    swapped in, the bits of the published weights the replicas use. Groups share their
-    initial noise (``sampler.group_init_noise``): the items carry each group's init seed to
-    whoever samples them. (Without the EMA, and with the weights of the version before:
-    the pipelined killed-driver test, test_driver_restart_and_submit.py.)"""
-    import dataclasses
-
-    from spotlight.job.run import run_ray
-
-    cfg = _group_noise(_nft_ema(smoke(iterations=2)))
-    cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
-    run_ray(cfg, tmp_path, opts=ray_options(num_samplers=1, trainer_samples=True))
-    rows = _rows(tmp_path)
-    assert any(r["replicas"].get("trainer", 0) == 1 for r in rows)  # it pulled as the trainer
-    assert all(r["items_lost"] == 0 and r["duplicates_ignored"] == 0 for r in rows)
-    torch.set_num_threads(1)
-    ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
     for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
+        assert got["num_samples"] == want["num_samples"] == 8
         assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
         assert got["group_reward_std_mean"] == pytest.approx(
             want["group_reward_std_mean"], abs=1e-6
@@ -175,6 +114,23 @@ def test_trainer_workers_sample_rollout_items_as_the_replicas_would(local_ray, t
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+
+    # Accounting: every item's busy time is inside the held time; cost = held x price.
+    last = rows[-1]
+    assert 0 < last["busy_gpu_s_spot"] <= last["gpu_s_spot"]
+    assert 0 < last["busy_gpu_s_on_demand"] <= last["gpu_s_on_demand"]
+    spot_h, od_h = last["gpu_s_spot"] / 3600, last["gpu_s_on_demand"] / 3600
+    assert last["cost_usd"] == pytest.approx(spot_h * 0.9 + od_h * 3.6)
+    assert last["items_lost"] == 0 and last["duplicates_ignored"] == 0
+    assert last["replicas"] == {"spot": 2}
+    assert summary["final_val_reward"] == rows[-1]["val_reward"]
+    assert (tmp_path / "report.png").stat().st_size > 0
+
+    # The run cleaned up: the detached actors are gone.
+    from spotlight.actors.names import NAMESPACE, REQUEST_QUEUE
+
+    with pytest.raises(ValueError):
+        local_ray.get_actor(REQUEST_QUEUE, namespace=NAMESPACE)
 
 
 def _nft_ema(cfg):
@@ -193,22 +149,28 @@ def _nft_ema(cfg):
     return dataclasses.replace(cfg, grpo=grpo)
 
 
-def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference_loop(
+def test_nft_with_an_ema_on_two_sampling_trainer_workers_resumes_as_the_reference_loop(
     local_ray, tmp_path
 ):
-    """DiffusionNFT's EMA old policy on two data-parallel trainer workers: the replicas sample
-    and validate with the published (old) weights, both workers keep the same old copy, their
+    """DiffusionNFT's EMA old policy on two data-parallel trainer workers: the replica samples
+    and validates with the published (old) weights, both workers keep the same old copy, their
     all-reduced halves make the full batch's update, the controller checkpoints trained
-    weights and old policy, and a resumed driver restores both: rewards, trained weights and
-    old policy are the reference loop's (each loss's data-parallel update:
-    tests/unit/test_update_data_parallel.py)."""
+    weights and old policy, and a resumed driver restores both. With ``trainer_samples`` the
+    workers also take rollout items while they wait for the rollout, sampling with the old
+    policy swapped in (the bits of the published weights the replica uses), and groups share
+    their initial noise (``sampler.group_init_noise``: the items carry each group's init seed
+    to whoever samples them). Rewards, trained weights and old policy are the reference
+    loop's (each loss's data-parallel update: tests/unit/test_update_data_parallel.py;
+    trainer sampling with the weights of the version before: the pipelined killed-driver
+    test, test_driver_restart_and_submit.py)."""
     import dataclasses
 
     from spotlight.flow.old_policy import OldPolicy
     from spotlight.job.run import run_ray
 
-    cfg = _nft_ema(smoke(iterations=2))
-    opts = ray_options(num_train_workers=2)
+    cfg = _group_noise(_nft_ema(smoke(iterations=2)))
+    cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
+    opts = ray_options(num_train_workers=2, num_samplers=1, trainer_samples=True)
     run_ray(dataclasses.replace(cfg, num_iterations=1), tmp_path, opts=opts)
     # the resume holds its leases longer: it says so, and the run folder records it
     longer = dataclasses.replace(opts, lease_s=opts.lease_s + 30)
@@ -220,10 +182,15 @@ def test_nft_with_an_ema_sampling_policy_resumes_on_two_workers_as_the_reference
     rows = _rows(tmp_path)
     assert [r["iteration"] for r in rows] == [0, 1]
     assert [r["loss/nft_old_decay"] for r in rows] == [0.5, 0.9]
+    assert any(r["replicas"].get("trainer", 0) >= 1 for r in rows)  # they pulled as trainer
+    assert all(r["items_lost"] == 0 and r["duplicates_ignored"] == 0 for r in rows)
     torch.set_num_threads(1)
     ref = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
     for got, want in zip(rows, [ref.run_iteration(i) for i in range(2)], strict=True):
         assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-4)
+        assert got["group_reward_std_mean"] == pytest.approx(
+            want["group_reward_std_mean"], abs=1e-4
+        )
     assert rows[-1]["val_reward"] == pytest.approx(ref.evaluate(), abs=1e-4)
     trained = load_file(str(tmp_path / "checkpoint" / "policy.safetensors"))
     for k, v in ref.policy.state_dict().items():  # all-reduced halves = the full batch

@@ -2,7 +2,12 @@
 actor is killed mid-run, must give the same per-iteration results as a run without faults.
 Both run the pipelined schedule (``schedule="pipelined"``): each iteration's rollout is in the
 queue while the trainer trains, so faults strike items that wait across an update; the SP
-replicas run the sync one."""
+replicas run the sync one.
+
+The run without faults is the local runner's: with one torch thread on both sides a fault-free
+Ray run of these configurations is the local run bit for bit (rows and weights; the Ray-vs-local
+tests of test_job.py compare the same way), so a faulted Ray run that equals it equals the
+fault-free Ray run too, without a second Ray run to wait for."""
 
 from __future__ import annotations
 
@@ -48,22 +53,29 @@ def _same_learning(a, b):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def _local_run(tmp_path_factory, schedule: str):
+    """The configuration's run without faults: the local runner, one torch thread (the
+    replicas' and the trainer's count in these tests)."""
+    from spotlight.training.run_local import run_local
+
+    out = tmp_path_factory.mktemp(f"local-{schedule}") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_local(_cfg(schedule), out)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
-    from spotlight.job.run import run_ray
-
-    out = tmp_path_factory.mktemp("plain") / "run"
-    run_ray(_cfg(), out, opts=ray_options())
-    return out
+    return _local_run(tmp_path_factory, "sync")
 
 
 @pytest.fixture(scope="module")
 def plain_pipelined(tmp_path_factory):
-    from spotlight.job.run import run_ray
-
-    out = tmp_path_factory.mktemp("plain-pipelined") / "run"
-    run_ray(_cfg("pipelined"), out, opts=ray_options())
-    return out
+    return _local_run(tmp_path_factory, "pipelined")
 
 
 def test_a_run_replaying_a_spot_trace_matches_a_run_without_preemptions(plain_pipelined, tmp_path):
@@ -137,20 +149,19 @@ def test_the_request_queue_restarting_mid_run_loses_nothing(plain_pipelined, tmp
     _same_learning(out, plain_pipelined)
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(
-    plain_run, tmp_path, workers
-):
-    """A replica with SP 2 loses one of its worker processes mid-run: the survivors carry on
-    (re-formed, no new process, no weights reload), a replacement process joins with a
-    survivor's weights before the next item, and the run trains as before. With 3 workers the
-    replica runs an SP 2 group and a single worker side by side, each on part of every item."""
+def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plain_run, tmp_path):
+    """A replica with SP 2 loses one of its two worker processes mid-run: the survivor carries
+    on (re-formed, no new process, no weights reload), a replacement process joins with its
+    weights before the next item, and the run trains as before. (A replica's SP group and
+    single worker side by side on one item, and a worker lost while a group forms:
+    tests/dist_tests/test_sp.py and test_elastic.py.)"""
     import psutil
     import ray
 
     from spotlight.job.run import run_ray
 
     out = tmp_path / "sp"
+    workers = 2
     seen: dict[str, int] = {}
 
     def sp_workers(replica_pid: int) -> list[psutil.Process]:
