@@ -198,7 +198,13 @@ class SamplerReplica:
 
     def __del__(self):
         """Graceful stop (Serve scaling down or moving the replica): commit the item in hand at
-        its current step and hand it back, so no item waits for its lease to expire."""
+        its current step and hand it back, so no item waits for its lease to expire. A replica
+        whose constructor failed has no pull loop: it only stops its SP workers, if it had
+        started them (Serve logs the constructor's error, not a second one from here)."""
+        if not hasattr(self, "_thread"):
+            if getattr(self, "_sp", None) is not None:
+                self._sp.shutdown()
+            return
         self._stop.set()
         self._thread.join(timeout=self.spec.stop_timeout_s)
         with contextlib.suppress(Exception):
