@@ -136,11 +136,11 @@ class Controller:
         ray.get(self.actors.broadcast.clear.remote())
         ray.get(self.actors.queue.cancel.remote())
         start, version, initial = 0, 0, None
-        if resume:
+        self.explore.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
+        if resume:  # the checkpoint's planner, if it has one, replaces the actor's
             start, version, initial = self._load_checkpoint()
             if kept:  # the queue's counters went on counting this run
                 self._counter_base = {}
-        self.explore.planner.load(ray.get(self.actors.bandit.get.remote("planner")))
         progress.line(
             self.log,
             f"[spotlight] ray: {len(ray.nodes())} node(s), {self.opts.num_samplers} sampler "
@@ -401,6 +401,7 @@ class Controller:
             "policy_sha256": sha256(ckpt / "policy.safetensors"),
             "ledger": self.ledger.to_dict(),
             "next_selection": self.explore.state(),
+            "planner": self.explore.planner.to_dict(),
             "counters": self.fault_counters(),
         }
         if old is not None:
@@ -416,9 +417,14 @@ class Controller:
         """(iterations done, weights version, the trainer's start: the trained weights and
         the optimizer state, with ``grpo.nft_old_ema`` the old policy's bytes, and for a
         pipelined run the weights of its next rollout)."""
+        import ray
+
         state = read_checkpoint_state(self.out_dir, self.cfg.recipe)
         ckpt = self.out_dir / CKPT_DIR
         self.explore.load_state(state.get("next_selection"))
+        if "planner" in state:  # as committed: the actor's copy may be one update ahead
+            self.explore.planner.load(state["planner"])
+            ray.get(self.actors.bandit.update.remote({"planner": state["planner"]}))
         if "ledger" in state:
             self.ledger.load(state["ledger"])
             c = state.get("counters", {})

@@ -111,7 +111,8 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
     }
     if loop.explore.mode != "off":  # as the Ray job keeps them
         state["next_selection"] = loop.explore.state()
-        write_json(out_dir / BANDIT_FILE, {"planner": loop.explore.planner.to_dict()})
+        state["planner"] = loop.explore.planner.to_dict()
+        write_json(out_dir / BANDIT_FILE, {"planner": state["planner"]})
     if loop.old_policy is not None:
         write_old_policy(ckpt, loop.old_policy.to_bytes(), state)
     if loop.pending is not None:  # pipelined: the next rollout, sampled already
@@ -133,6 +134,8 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
         weights.load_bytes(pending[1])
         loop.resume_rollout = (Exploration.from_state(pending[0]), weights)
     loop.explore.load_state(state.get("next_selection"))
-    if (out_dir / BANDIT_FILE).exists():
+    if "planner" in state:  # as committed: the bandit file may be one update ahead
+        loop.explore.planner.load(state["planner"])
+    elif (out_dir / BANDIT_FILE).exists():  # a checkpoint written before state.json kept it
         loop.explore.planner.load(json.loads((out_dir / BANDIT_FILE).read_text()).get("planner"))
     return state["iterations_done"]

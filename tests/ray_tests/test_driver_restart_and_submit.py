@@ -48,15 +48,15 @@ PIPELINED = [
 other samples its own 4 seeds), DiffusionNFT (its v_old the weights that sampled the batch)."""
 
 
-def _reference(iterations: int, overrides: list[str] = ()) -> tuple[dict, list[dict]]:
-    """The reference loop's final weights and rows."""
+def _reference(iterations: int, overrides: list[str] = ()) -> tuple[dict, list[dict], dict]:
+    """The reference loop's final weights, rows and planner."""
     from spotlight.config import apply_overrides
 
     cfg = apply_overrides(smoke(iterations), list(overrides))
     torch.set_num_threads(1)
     loop = ReferenceLoop(cfg, make_policy(cfg.policy), build_reward(cfg.reward))
     rows = [loop.run_iteration(i) for i in range(iterations)]
-    return loop.policy.state_dict(), rows
+    return loop.policy.state_dict(), rows, loop.explore.planner.to_dict()
 
 
 def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
@@ -67,13 +67,18 @@ def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
     assert state["iterations_done"] == 3 and state["weights_version"] == 3
     # An update applied twice (or skipped) would move the weights away from the reference.
     trained = load_file(str(out / "checkpoint" / "policy.safetensors"))
-    weights, ref_rows = _reference(3, overrides)
+    weights, ref_rows, planner = _reference(3, overrides)
     for got, want in zip(rows, ref_rows, strict=True):  # the local runner's selections
         for key in ("seeds_explored", "explore_prompts", "num_samples"):
             assert got.get(key) == want.get(key), key
         assert got["train_reward_mean"] == pytest.approx(want["train_reward_mean"], abs=1e-6)
     for k, v in weights.items():
         torch.testing.assert_close(trained[k], v, atol=1e-6, rtol=1e-5)
+    # the planner counted every iteration once (the resume takes the checkpoint's planner)
+    got = json.loads((out / "bandit_state.json").read_text())["planner"]["arms"]
+    assert got.keys() == planner["arms"].keys() and got
+    for arm, stats in planner["arms"].items():
+        assert got[arm] == pytest.approx(stats, abs=1e-6), arm
 
 
 def _free_port() -> int:

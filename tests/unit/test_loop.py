@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -324,6 +325,11 @@ def test_an_exploring_local_run_resumes_with_the_seeds_it_had_explored(tmp_path,
         run_local(cfg, tmp_path / "split")
     state = json.loads((tmp_path / "split" / "checkpoint" / "state.json").read_text())
     assert state["iterations_done"] == 2 and state["next_selection"]["seeds"]
+    # A crash after the planner's file was written and before state.json: the file is ahead
+    # of the checkpoint (here, the finished run's); the resume takes the committed planner.
+    ahead = json.loads((tmp_path / "straight/bandit_state.json").read_text())["planner"]
+    assert state["planner"] != ahead
+    shutil.copy(tmp_path / "straight/bandit_state.json", tmp_path / "split/bandit_state.json")
     monkeypatch.setattr(ReferenceLoop, "run_iteration", original)
     run_local(cfg, tmp_path / "split", resume=True)
     keys = ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std")
@@ -334,6 +340,11 @@ def test_an_exploring_local_run_resumes_with_the_seeds_it_had_explored(tmp_path,
     wa = load_file(str(tmp_path / "straight/checkpoint/policy.safetensors"))
     wb = load_file(str(tmp_path / "split/checkpoint/policy.safetensors"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # the planner counted every iteration once: its statistics are the uninterrupted run's
+    planners = [
+        json.loads((tmp_path / d / "bandit_state.json").read_text()) for d in ("straight", "split")
+    ]
+    assert planners[0] == planners[1]
 
 
 def test_validate_now_and_stop_reason():
