@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,3 +46,23 @@ REAL_SLEEP = time.sleep  # for the rare test that waits on a child process
 def small_policy() -> TinyPolicy:
     torch.manual_seed(1234)  # only to show construction ignores the global RNG
     return TinyPolicy(SMALL, seed=7)
+
+
+def stop_local_run_at(cfg, out: Path, iteration: int, monkeypatch) -> dict:
+    """``run_local`` of ``cfg`` into ``out``, stopped by an error as ``iteration`` starts (the
+    machine went away); returns its checkpoint's ``state.json``."""
+    from spotlight.training.loop import ReferenceLoop
+    from spotlight.training.run_local import run_local
+
+    original = ReferenceLoop.run_iteration
+
+    def stop(self, it):
+        if it == iteration:
+            raise RuntimeError("the machine went away")
+        return original(self, it)
+
+    with monkeypatch.context() as m:
+        m.setattr(ReferenceLoop, "run_iteration", stop)
+        with pytest.raises(RuntimeError, match="went away"):
+            run_local(cfg, out)
+    return json.loads((out / "checkpoint" / "state.json").read_text())

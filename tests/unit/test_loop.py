@@ -13,7 +13,7 @@ from spotlight.recipes import RECIPES, get_recipe
 from spotlight.training.loop import iteration_batch, prompt_sets, score_groups
 from spotlight.training.run_local import run_local
 
-from .conftest import SMALL
+from .conftest import SMALL, stop_local_run_at
 
 FAST = Config(
     recipe="tiny-smoke",
@@ -309,28 +309,15 @@ def test_the_local_critical_path_trains_on_the_selected_samples(tmp_path, group_
 
 
 def test_an_exploring_local_run_resumes_with_the_seeds_it_had_explored(tmp_path, monkeypatch):
-    from spotlight.training.loop import ReferenceLoop
-
     cfg = _explore(FAST, mode="spot", budget_seeds=16)
     run_local(cfg, tmp_path / "straight")
-    original = ReferenceLoop.run_iteration
-
-    def crash_at_2(self, iteration):
-        if iteration == 2:
-            raise RuntimeError("the machine went away")
-        return original(self, iteration)
-
-    monkeypatch.setattr(ReferenceLoop, "run_iteration", crash_at_2)
-    with pytest.raises(RuntimeError, match="went away"):
-        run_local(cfg, tmp_path / "split")
-    state = json.loads((tmp_path / "split" / "checkpoint" / "state.json").read_text())
+    state = stop_local_run_at(cfg, tmp_path / "split", 2, monkeypatch)
     assert state["iterations_done"] == 2 and state["next_selection"]["seeds"]
     # A crash after the planner's file was written and before state.json: the file is ahead
     # of the checkpoint (here, the finished run's); the resume takes the committed planner.
     ahead = json.loads((tmp_path / "straight/bandit_state.json").read_text())["planner"]
     assert state["planner"] != ahead
     shutil.copy(tmp_path / "straight/bandit_state.json", tmp_path / "split/bandit_state.json")
-    monkeypatch.setattr(ReferenceLoop, "run_iteration", original)
     run_local(cfg, tmp_path / "split", resume=True)
     keys = ("train_reward_mean", "group_reward_std_mean", "explored_selected_group_std")
     for a, b in zip(_rows(tmp_path / "straight"), _rows(tmp_path / "split"), strict=True):

@@ -20,6 +20,7 @@ from spotlight.training.pipeline import (
 )
 from spotlight.training.run_local import run_local
 
+from .conftest import stop_local_run_at
 from .test_loop import FAST
 
 PIPE = dataclasses.replace(FAST, schedule="pipelined")
@@ -136,28 +137,15 @@ def test_nft_takes_v_old_from_the_weights_that_sampled_the_batch(monkeypatch):
 def test_a_pipeline_stopped_mid_run_resumes_bit_for_bit(tmp_path, monkeypatch, ema):
     """The checkpoint holds the next rollout's plan and the weights that sample it: a run
     stopped after iteration 2 and resumed trains what an uninterrupted one trains."""
-    from spotlight.training.loop import ReferenceLoop
-
     grpo = dataclasses.replace(
         PIPE.grpo, loss="nft", nft_old_ema=ema, nft_old_ema_hold_steps=0, nft_old_ema_rate=0.5
     )
     cfg = _explore(dataclasses.replace(PIPE, grpo=grpo), mode="spot", budget_seeds=16)
     run_local(cfg, tmp_path / "straight")
-    original = ReferenceLoop.run_iteration
-
-    def crash_at_2(self, iteration):
-        if iteration == 2:
-            raise RuntimeError("the machine went away")
-        return original(self, iteration)
-
-    monkeypatch.setattr(ReferenceLoop, "run_iteration", crash_at_2)
-    with pytest.raises(RuntimeError, match="went away"):
-        run_local(cfg, tmp_path / "split")
-    state = json.loads((tmp_path / "split" / "checkpoint" / "state.json").read_text())
+    state = stop_local_run_at(cfg, tmp_path / "split", 2, monkeypatch)
     assert state["iterations_done"] == 2
     assert state["pending_rollout"]["iteration"] == 2
     assert state["pending_rollout"]["weights_version"] == 1
-    monkeypatch.setattr(ReferenceLoop, "run_iteration", original)
     run_local(cfg, tmp_path / "split", resume=True)
     straight, split = _rows(tmp_path / "straight"), _rows(tmp_path / "split")
     assert [r["rollout_lag"] for r in split] == [0, 1, 1, 1]
