@@ -136,6 +136,6 @@ def _load_checkpoint(loop: ReferenceLoop, out_dir: Path, cfg: Config) -> int:
     loop.explore.load_state(state.get("next_selection"))
     if "planner" in state:  # as committed: the bandit file may be one update ahead
         loop.explore.planner.load(state["planner"])
-    elif (out_dir / BANDIT_FILE).exists():  # a checkpoint written before state.json kept it
+    elif (out_dir / BANDIT_FILE).exists():  # a checkpoint from before state.json held it
         loop.explore.planner.load(json.loads((out_dir / BANDIT_FILE).read_text()).get("planner"))
     return state["iterations_done"]
