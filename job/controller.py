@@ -275,6 +275,8 @@ class Controller:
         self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
         self.explore.trained(update["train_s"])
         self._pending_optimizer = ray.get(update["optimizer"][0])
+        if it == self.cfg.num_iterations - 1:  # fetched: the trainer's workers may exit now
+            protocol.post_stop(self.queue, it + 1)
         if exploration is not None:
             self._collect_exploration(exploration, update["weights_version"])
         ray.get(self.actors.bandit.update.remote({"planner": self.explore.planner.to_dict()}))
@@ -465,7 +467,7 @@ class Controller:
     def stopped(self, next_it: int) -> None:
         """End the trainer's loop early (the run stopped after ``next_it - 1`` iterations):
         the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
-        if next_it < self.cfg.num_iterations:  # else its loop ends by itself
+        if next_it < self.cfg.num_iterations:  # else the last update's fetch posted it
             protocol.post_stop(self.queue, next_it)
         self.pipeline.withdraw()
 

@@ -18,8 +18,12 @@ ends are in this module. One iteration ``t``, on weights version ``v``::
     take train/t and update/t                      report a Ray Train checkpoint
     checkpoint the run (weights v + 1, optimizer, counters), then iteration t + 1
 
-    stop before num_iterations:
+    stop before num_iterations (at n):
     post train/n = STOP_BATCH            ------>   every worker's loop ends
+
+    after the last update (of n - 1), once its optimizer state is fetched:
+    post train/n = STOP_BATCH            ------>   every worker returns
+    (the workers own the update's objects: one that returned before the fetch took them along)
 
 What a restart does:
 
@@ -37,6 +41,7 @@ What a restart does:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -44,7 +49,8 @@ MAILBOX_WAIT_S = 5.0
 """Long-poll slice of the trainer's wait for its next batch."""
 
 STOP_BATCH = {"stop": True}
-"""Posted as a training batch by a driver that ends the run early: the trainer's loop ends."""
+"""Posted as a training batch by a driver that ends the run early, and after the last update
+once the driver has fetched it: the trainer's loop ends."""
 
 
 def train_batch_key(iteration: int) -> str:
@@ -103,6 +109,14 @@ def wait_batch(queue, iteration: int, timeout_s: float, last_post=None, meanwhil
         last_post = repost_if_restarted(queue, last_post)
         if time.monotonic() > deadline:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
+
+
+def wait_end(queue, iterations: int, timeout_s: float, last_post) -> None:
+    """After the last update (of ``iterations - 1``): wait for the driver's stop, which it
+    posts once it has fetched that update's objects (the worker owns them). The wait running
+    out is not an error: every update is posted, and a driver that is gone needs nothing."""
+    with contextlib.suppress(TimeoutError):
+        wait_batch(queue, iterations, timeout_s, last_post)
 
 
 def post_update(queue, iteration: int, update: dict[str, Any]) -> tuple[str, str, Any]:

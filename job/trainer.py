@@ -15,7 +15,8 @@ slice of it through :func:`spotlight.flow.update.grpo_update` with gradients ave
 Before the first iteration, rank 0 publishes the weights it starts from, so samplers and
 controller agree on version numbers from the start. A run that ends before ``num_iterations``
 (it reached its target, or its wall cap) posts ``protocol.STOP_BATCH`` as the next batch, which
-ends every worker's loop.
+ends every worker's loop. After the last update the workers wait for the same stop, which the
+controller posts once it has fetched that update: rank 0 owns its optimizer state.
 
 With ``grpo.nft_old_ema`` (DiffusionNFT's EMA sampling policy, :mod:`spotlight.flow.old_policy`)
 every rank keeps the same old copy of the trainable parameters (the same EMA step on the same
@@ -173,6 +174,8 @@ def train_loop(config: dict[str, Any]) -> None:
             )
         else:
             ray.train.report(metrics)
+    else:  # every update posted: stay until the driver has fetched the last one's objects
+        protocol.wait_end(actors.queue, cfg.num_iterations, config["batch_timeout_s"], last_post)
 
 
 def _restore(config: dict[str, Any], policy, optimizer, old=None):

@@ -18,6 +18,10 @@ from spotlight.training.loop import ReferenceLoop
 pytestmark = pytest.mark.slow
 
 
+WAIT_FOR_TRAINER_S = 8.0
+"""Enough for a trainer whose loop ends after its last post to be gone (1.3 s measured)."""
+
+
 def _rows(path):
     return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines() if x]
 
@@ -249,17 +253,51 @@ def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_
         assert got[k] == pytest.approx(want[k], abs=1e-6)
 
 
-def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(local_ray, tmp_path):
+def _take_the_last_update_late(monkeypatch, last: int, wait_s: float) -> list[float]:
+    """The controller takes the update of iteration ``last`` only once the trainer's run has
+    ended, or after ``wait_s``. The trainer's workers own the objects of the update (its
+    optimizer state), so workers that exit after their last post would fail the run here.
+    Returns the seconds waited."""
+    import time
+
+    from spotlight.job import controller, protocol
+
+    runs, waited = [], []
+    start, await_update = controller.Controller.start, protocol.await_update
+
+    def recording_start(self, resume):
+        runs.append(self)
+        return start(self, resume)
+
+    def late(client, iteration):
+        update = await_update(client, iteration)
+        if iteration == last:
+            t0 = time.monotonic()
+            runs[-1].watch.trainer.thread.join(timeout=wait_s)
+            waited.append(time.monotonic() - t0)
+        return update
+
+    monkeypatch.setattr(controller.Controller, "start", recording_start)
+    monkeypatch.setattr(protocol, "await_update", late)
+    return waited
+
+
+def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(
+    local_ray, tmp_path, monkeypatch
+):
     """Critical-path exploration on the replicas, its selected samples sent to the trainer as
     they are (not sampled again), groups sharing their initial noise: the local runner's
-    selection and update."""
+    selection and update. The controller takes the last update late (after the trainer's
+    loop could have ended): the trainer's workers stay until the controller has it."""
     from spotlight.config import ExplorationConfig
     from spotlight.job.run import run_ray
     from spotlight.training.run_local import run_local
 
     explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
     cfg = _group_noise(smoke(iterations=1, exploration=explore))
+    waited = _take_the_last_update_late(monkeypatch, last=0, wait_s=WAIT_FOR_TRAINER_S)
     run_ray(cfg, tmp_path / "ray", opts=ray_options())
+    assert waited and waited[0] >= WAIT_FOR_TRAINER_S  # the trainer stayed
     torch.set_num_threads(1)
     run_local(cfg, tmp_path / "local")
     (got,) = _rows(tmp_path / "ray")

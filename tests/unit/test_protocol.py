@@ -142,3 +142,30 @@ def test_the_trainer_works_between_looks_at_its_mailbox(queue):
     waits.clear()
     protocol.wait_batch(queue, 2, 1.0)
     assert waits == [protocol.MAILBOX_WAIT_S]
+
+
+def test_after_its_last_update_the_trainer_waits_for_the_stop_and_a_missing_one_is_no_error(
+    queue,
+):
+    # the worker owns the last update's objects: it returns only once the driver's stop is
+    # there (posted after the driver fetched them); a queue restart meanwhile re-posts the
+    # update, and a driver that never answers ends the wait without an error
+    client = _client(queue)
+    last = protocol.post_update(queue, 2, {"weights_version": 3})
+    looks = []
+    wait_post = queue.wait_post.remote
+
+    def look(key, wait_s):
+        looks.append(key)
+        if len(looks) == 2:
+            queue.restart()
+        if len(looks) == 4:
+            protocol.post_stop(client, 3)
+        return wait_post(key, wait_s)
+
+    queue.wait_post = _Call(look)
+    protocol.wait_end(queue, 3, timeout_s=60.0, last_post=last)
+    assert looks == ["train/3"] * 4
+    assert queue.mailbox["update/2"] == {"weights_version": 3}  # re-posted after the restart
+    queue.mailbox.clear()
+    protocol.wait_end(queue, 3, timeout_s=0.0, last_post=None)  # nothing comes: it returns
