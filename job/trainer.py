@@ -175,7 +175,9 @@ def train_loop(config: dict[str, Any]) -> None:
         else:
             ray.train.report(metrics)
     else:  # every update posted: stay until the driver has fetched the last one's objects
-        protocol.wait_end(actors.queue, cfg.num_iterations, config["batch_timeout_s"], last_post)
+        if start < cfg.num_iterations:  # (a resumed finished run posted none)
+            timeout = config["batch_timeout_s"]
+            protocol.wait_end(actors.queue, cfg.num_iterations, timeout, last_post)
 
 
 def _restore(config: dict[str, Any], policy, optimizer, old=None):

@@ -253,11 +253,11 @@ def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_
         assert got[k] == pytest.approx(want[k], abs=1e-6)
 
 
-def _take_the_last_update_late(monkeypatch, last: int, wait_s: float) -> list[float]:
+def _take_the_last_update_late(monkeypatch, last: int, wait_s: float):
     """The controller takes the update of iteration ``last`` only once the trainer's run has
     ended, or after ``wait_s``. The trainer's workers own the objects of the update (its
     optimizer state), so workers that exit after their last post would fail the run here.
-    Returns the seconds waited."""
+    Returns the controllers started and the seconds waited."""
     import time
 
     from spotlight.job import controller, protocol
@@ -279,7 +279,7 @@ def _take_the_last_update_late(monkeypatch, last: int, wait_s: float) -> list[fl
 
     monkeypatch.setattr(controller.Controller, "start", recording_start)
     monkeypatch.setattr(protocol, "await_update", late)
-    return waited
+    return runs, waited
 
 
 def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(
@@ -288,16 +288,21 @@ def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(
     """Critical-path exploration on the replicas, its selected samples sent to the trainer as
     they are (not sampled again), groups sharing their initial noise: the local runner's
     selection and update. The controller takes the last update late (after the trainer's
-    loop could have ended): the trainer's workers stay until the controller has it."""
+    loop could have ended): the trainer's workers stay until the controller has it, and a
+    resume of the finished run ends at once, its trainer with it."""
     from spotlight.config import ExplorationConfig
     from spotlight.job.run import run_ray
     from spotlight.training.run_local import run_local
 
     explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
     cfg = _group_noise(smoke(iterations=1, exploration=explore))
-    waited = _take_the_last_update_late(monkeypatch, last=0, wait_s=WAIT_FOR_TRAINER_S)
+    runs, waited = _take_the_last_update_late(monkeypatch, last=0, wait_s=WAIT_FOR_TRAINER_S)
     run_ray(cfg, tmp_path / "ray", opts=ray_options())
     assert waited and waited[0] >= WAIT_FOR_TRAINER_S  # the trainer stayed
+    finished = (tmp_path / "ray" / "checkpoint" / "policy.safetensors").read_bytes()
+    run_ray(cfg, tmp_path / "ray", resume=True, opts=ray_options())
+    assert len(runs) == 2 and not runs[-1].watch.trainer.alive()  # it waited for nothing
+    assert (tmp_path / "ray" / "checkpoint" / "policy.safetensors").read_bytes() == finished
     torch.set_num_threads(1)
     run_local(cfg, tmp_path / "local")
     (got,) = _rows(tmp_path / "ray")
