@@ -36,19 +36,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from spotlight import progress
+from spotlight import bench_stats, progress
 from spotlight.config import Config
 from spotlight.sim.sim_fit import val_gain_per_iteration
 from spotlight.training.run_folder import METRICS, SUMMARY
 
+_ARM = {"selection": "max_variance", "uniform": False, "planner_gain": "std"}
+"""What every arm sets unless it says otherwise: an arm means the same whatever the defaults."""
 MODES = {
     "off": {"mode": "off"},
-    "critical_path": {"mode": "critical_path"},
-    "spot": {"mode": "spot"},
-    "spot_uniform": {"mode": "spot", "uniform": True},
-    "rescue": {"mode": "spot", "selection": "rescue"},
-    "full_pool": {"mode": "critical_path", "pool_advantages": True},
-    "spot_live": {"mode": "spot", "planner_gain": "live"},
+    "critical_path": {**_ARM, "mode": "critical_path"},
+    "spot": {**_ARM, "mode": "spot"},
+    "spot_uniform": {**_ARM, "mode": "spot", "uniform": True},
+    "rescue": {**_ARM, "mode": "spot", "selection": "rescue"},
+    "full_pool": {**_ARM, "mode": "critical_path", "pool_advantages": True},
+    "spot_live": {**_ARM, "mode": "spot", "planner_gain": "live"},
 }
 
 
@@ -177,6 +179,9 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
         runs = [_run_figures(d, target_delta) for d in dirs]
         for r in runs:
             r["val_gain_per_iteration"] = val_gain_per_iteration(r["val_curve"])
+            r["seed"] = r["config"]["seed"]
+            r["val_auc"] = bench_stats.val_auc(r["val_curve"]) if len(r["val_curve"]) > 1 else None
+            r["iterations_to_target_censored"] = bench_stats.censored_iterations(r)
         reached = [r for r in runs if r["iterations_to_target"] is not None]
         rho = [x for r in runs for x in r["spearman"]]
         out["modes"][mode] = {
@@ -187,6 +192,10 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
             "wall_s_to_target_median": _median([r["wall_s_to_target"] for r in reached]),
             "wall_s_to_target_mean": _mean([r["wall_s_to_target"] for r in reached]),
             "final_val_reward_mean": _mean([r["final_val_reward"] for r in runs]),
+            "val_auc_mean": _mean([r["val_auc"] for r in runs]),
+            "iterations_to_target_censored_mean": _mean(
+                [r["iterations_to_target_censored"] for r in runs]
+            ),
             "val_gain_per_iteration_mean": _mean([r["val_gain_per_iteration"] for r in runs]),
             "group_reward_std_mean": _mean([r["group_reward_std_mean"] for r in runs]),
             "zero_std_group_share": _mean([r["zero_std_group_share"] for r in runs]),
@@ -208,6 +217,8 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
                 "max": max(rho) if rho else None,
             },
         }
+    for mode, paired in bench_stats.paired_report(out["modes"]).items():
+        out["modes"][mode].update(paired)
     return out
 
 

@@ -88,9 +88,25 @@ def _write_report(runs, cfg: Config, args: argparse.Namespace, out: Path, name: 
         max_wall_s=cfg.max_wall_s,
         overrides=args.set,
     )
+    summary["val_standard_error"] = _val_standard_error(summary, cfg)
     (out / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot_exploration(summary, out / f"{name}.png")
     return summary
+
+
+def _val_standard_error(summary: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    """The noise of one validation (binary rewards: an upper bound, see
+    ``bench_stats.binomial_se``) at the runs' mean initial and final validation reward."""
+    from spotlight.bench_stats import binomial_se
+
+    runs = [r for m in summary["modes"].values() for r in m["runs"]]
+    n = cfg.num_val_prompts * cfg.num_val_seeds
+    out: dict[str, Any] = {"samples_per_validation": n}
+    for key, field in (("at_initial", "initial_val_reward"), ("at_final", "final_val_reward")):
+        vals = [r[field] for r in runs if r.get(field) is not None]
+        if vals:
+            out[key] = binomial_se(sum(vals) / len(vals), n)
+    return out
 
 
 def _exploration_config(args: argparse.Namespace) -> Config:
@@ -129,6 +145,14 @@ def _print_summary(summary: dict[str, Any], out: Path, name: str) -> None:
             f"{m['wall_s_per_iteration_mean']:.1f} s/iteration"
             + (f", stale/fresh Spearman {rho:.2f}" if rho is not None else "")
         )
+        if "val_auc_diff_vs_off" in m:
+            auc, its = m["val_auc_diff_vs_off"], m["iterations_to_target_ratio_vs_off"]
+            print(
+                f"[bench]   vs off on {len(m['paired_seeds'])} seed(s): validation AUC"
+                f" {auc['mean']:+.4f} (90% {auc['lo90']:+.4f} to {auc['hi90']:+.4f}),"
+                f" iterations to target {its['mean']:.2f}x"
+                f" (90% {its['lo90']:.2f}x to {its['hi90']:.2f}x, a lower bound when censored)"
+            )
     print(f"[bench] -> {out / (name + '.json')}, {out / (name + '.png')}")
 
 
