@@ -49,8 +49,17 @@ def variant_rewards(scores: list[list[float]], threshold: float | None) -> list[
     return [binarize(np.asarray(s), threshold).tolist() for s in scores]
 
 
-def sample_scores(task_name: str, checkpoint: str, prompts: list[str], num_seeds: int):
-    """Graded OCR scores of seeds 0..num_seeds-1 of every prompt, sampled from ``checkpoint``."""
+def sample_scores(
+    task_name: str,
+    checkpoint: str,
+    prompts: list[str],
+    num_seeds: int,
+    num_steps: int | None = None,
+):
+    """Graded OCR scores of seeds 0..num_seeds-1 of every prompt, sampled from ``checkpoint``
+    with the task sampler (``num_steps`` denoising steps instead of its own, when given)."""
+    import dataclasses
+
     from spotlight.config import PolicyConfig
     from spotlight.policies import make_policy
     from spotlight.recipes import TASK_SAMPLER
@@ -64,8 +73,11 @@ def sample_scores(task_name: str, checkpoint: str, prompts: list[str], num_seeds
         raise ValueError(f"--task {task_name}: the reward variants here are OCR's")
     check_checkpoint_task(checkpoint, task.name)
     policy = make_policy(PolicyConfig(name="tiny", checkpoint=checkpoint), "cpu")
+    sampler = TASK_SAMPLER
+    if num_steps is not None:
+        sampler = dataclasses.replace(sampler, num_steps=num_steps)
     scores = score_prompts(
-        policy, build_reward("ocr"), prompts, num_seeds, TASK_SAMPLER, chunk=64, log=sys.stdout
+        policy, build_reward("ocr"), prompts, num_seeds, sampler, chunk=64, log=sys.stdout
     )
     return [s.rewards for s in scores]
 

@@ -289,7 +289,12 @@ def plot_exploration(summary: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
+    paired = [
+        (m, v["val_auc_diff_vs_off"]) for m, v in summary["modes"].items() if "paired_seeds" in v
+    ]
+    fig, axes = plt.subplots(
+        1, 3 if paired else 2, figsize=(16 if paired else 11, 3.8), constrained_layout=True
+    )
     for k, (mode, fig_mode) in enumerate(summary["modes"].items()):
         for j, run in enumerate(fig_mode["runs"]):
             its, walls, vals = zip(*run["val_curve"], strict=True)
@@ -302,6 +307,16 @@ def plot_exploration(summary: dict[str, Any], path: Path) -> Path:
         ax.set_ylabel("validation reward")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
+    if paired:  # each arm's mean validation over the run against off's, seed by seed
+        ax = axes[2]
+        colors = {m: f"C{k}" for k, m in enumerate(summary["modes"])}  # as on the curves
+        for j, (mode, iv) in enumerate(paired):
+            err = [[iv["mean"] - iv["lo90"]], [iv["hi90"] - iv["mean"]]]
+            ax.errorbar([j], [iv["mean"]], yerr=err, fmt="o", capsize=4, color=colors[mode])
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(range(len(paired)), [m for m, _ in paired], fontsize=8)
+        ax.set_ylabel("validation AUC - off's (paired, 90%)")
+        ax.grid(alpha=0.3)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

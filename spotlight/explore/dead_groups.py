@@ -72,3 +72,26 @@ def group_statistics(
         "std_random": float(np.mean([expected_std_random(r, group, rng) for r in per_prompt])),
         "std_selected": float(np.mean([selected_std(r, group) for r in per_prompt])),
     }
+
+
+def rescued_dead_share(
+    judged: Sequence[Sequence[float]], chosen_by: Sequence[Sequence[float]], group: int
+) -> float | None:
+    """Of the groups that random selection leaves dead on the ``judged`` rewards, the share that
+    max-variance selection on the ``chosen_by`` rewards of the same seeds makes live:
+    ``sum_p P(random G dead on judged_p) * live(judged_p[max-variance G of chosen_by_p]) / sum_p
+    P(random G dead on judged_p)``. With ``chosen_by = judged`` it is the share any selection
+    could rescue (a prompt whose N rewards are all equal stays dead). None when no random group
+    would be dead."""
+    if len(judged) != len(chosen_by):
+        raise ValueError("judged and chosen_by need the same prompts")
+    dead = np.array([dead_probability_random(j, group) for j in judged])
+    if dead.sum() == 0:
+        return None
+    live = np.array(
+        [
+            not is_dead(np.asarray(j, np.float64)[max_variance_subset(list(c), group)])
+            for j, c in zip(judged, chosen_by, strict=True)
+        ]
+    )
+    return float((dead * live).sum() / dead.sum())

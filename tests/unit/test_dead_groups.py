@@ -131,3 +131,19 @@ def test_the_easy_split_keeps_the_prompts_drawn_right_and_every_fourth_for_valid
     ns["write_easy_split"](doc, prompts, "t", "ocr-exact", "0.75", str(path))
     assert read_prompt_file(str(path)) == (train, val)
     assert json.loads(path.read_text())["checkpoint"] == "t.safetensors"
+
+
+def test_rescued_dead_share_judges_a_selection_on_other_rewards():
+    from spotlight.explore.dead_groups import dead_probability_random, rescued_dead_share
+
+    full = [[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]]
+    # prompt 0: the short rewards point at the one good seed; prompt 2: they are all equal, and
+    # the seeds kept (2 and 3) are both bad on the full rewards
+    short = [[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    g = 2
+    dead = [dead_probability_random(r, g) for r in full]  # 0.5, 1, 1/3
+    assert rescued_dead_share(full, full, g) == pytest.approx((dead[0] + dead[2]) / sum(dead))
+    assert rescued_dead_share(full, short, g) == pytest.approx(dead[0] / sum(dead))
+    assert rescued_dead_share([[1, 0], [0, 1]], [[0, 0], [0, 0]], 2) is None
+    with pytest.raises(ValueError):
+        rescued_dead_share(full, short[:2], g)
