@@ -15,10 +15,9 @@ and calls :meth:`Controller.iteration` once per iteration:
 5. ``_await_update``: the trainer's update (weights ``v_t + 1``); what exploration finished
    meanwhile selects the next iteration's seeds.
 
-With ``schedule="pipelined"`` (:meth:`Controller.pipelined_iteration`,
-:mod:`spotlight.training.pipeline`) step 2 waits for the rollout submitted during the last
-update (on ``v_t - 1``, its candidates with it) and selects among its candidates, and step 4
-submits the next iteration's rollout on ``v_t``.
+With ``schedule="pipelined"`` (:mod:`.pipeline`, :mod:`spotlight.training.pipeline`) step 2
+waits for the rollout submitted during the last update (on ``v_t - 1``) and selects among its
+candidates, step 4 submits the next one on ``v_t``, step 5 ends its optional candidates.
 
 The decisions are pure and shared with the local runner (``spotlight.training.rollout``,
 ``spotlight.training.loop``, and exploration's in ``spotlight.explore.strategy``); the queue's
@@ -130,7 +129,7 @@ class Controller:
             self.created,
         )
         self.queue = QueueClient(self.actors, self.run_id, self.opts, self.log, self.watch)
-        self.pipeline = Pipeline(self.cfg, self.train_prompts, self.queue)
+        self.pipeline = Pipeline(self.cfg, self.train_prompts, self.queue, self.explore)
         kept = self.queue.open()
         ray.get(self.actors.queue.clear_mailbox.remote())
         ray.get(self.actors.broadcast.clear.remote())
@@ -165,7 +164,7 @@ class Controller:
         pipelined = self.cfg.schedule == "pipelined"
         if pipelined:  # 1.-2. the rollout submitted during the last update, its candidates
             exp, results, rolled = self.pipeline.take(it, lambda: self._plan_next(it, version))
-            candidates = {i: results[i] for i in exp.all_item_ids()}
+            candidates = {i: results[i] for i in exp.all_item_ids() if i in results}
             selection, extra = self.explore.pipelined_selected(exp, candidates)
         else:
             selection, extra = self._seeds_chosen(it, version, prompts[:: self.cfg.grpo.group_size])
@@ -277,6 +276,7 @@ class Controller:
         self._pending_optimizer = ray.get(update["optimizer"][0])
         if it == self.cfg.num_iterations - 1:  # fetched: the trainer's workers may exit now
             protocol.post_stop(self.queue, it + 1)
+        self.pipeline.update_ended()  # the next rollout's optional candidates end here
         if exploration is not None:
             self._collect_exploration(exploration, update["weights_version"])
         ray.get(self.actors.bandit.update.remote({"planner": self.explore.planner.to_dict()}))

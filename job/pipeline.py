@@ -1,7 +1,12 @@
 """The Ray job's pipelined rollout (``schedule="pipelined"``): the next iteration's rollout is
 submitted to the request queue while the trainer trains, on the weights it trains from, and
 waited for when that iteration starts. Its decisions are :mod:`spotlight.training.pipeline`'s
-and exploration's (``ExplorationStrategy.plan_pipelined``): this moves the items and waits.
+and exploration's (``ExplorationStrategy.plan_pipelined``, ``pipelined_items``): this moves the
+items and waits.
+
+    update t starts:  submit rollout items (required)  +  optional candidates (explore items)
+    update t ends:    update_ended(): keep the optional ones that finished, drop the rest
+    iteration t + 1:  take(): wait for every required item
 """
 
 from __future__ import annotations
@@ -22,7 +27,12 @@ class Submitted:
     exploration: Any
     """Its candidates' plan (``spotlight.explore.exploration.Exploration``) and weights version."""
     candidates: list = field(default_factory=list)
-    """The candidates' work items."""
+    """The candidates' work items the rollout waits for."""
+    optional: list = field(default_factory=list)
+    """The candidates' optional items (dropped when the update ends; none with a fixed
+    budget)."""
+    optional_done: dict | None = None
+    """The optional items' results, once the update ended (None: not yet)."""
     rollout: list = field(default_factory=list)
     """The other prompts' work items, in batch order."""
 
@@ -34,16 +44,19 @@ class Submitted:
 class Pipeline:
     """The next iteration's rollout of a pipelined run, between iterations."""
 
-    def __init__(self, cfg, train_prompts: list[str], queue):
+    def __init__(self, cfg, train_prompts: list[str], queue, explore):
         self.cfg, self.train_prompts, self.queue = cfg, train_prompts, queue
+        self.explore = explore
+        """The run's ``ExplorationStrategy``: which candidates are optional."""
         self.next: Submitted | None = None
         """The submitted rollout of the next iteration (None: none yet, or none left)."""
         self.resumed = None
         """A resumed run's checkpointed plan of its first rollout, submitted on first use."""
 
     def submit(self, exp) -> None:
-        """Submit the rollout of ``exp`` (its candidates as rollout items: the rollout waits
-        for them, the trainer may sample them) on ``exp``'s weights version."""
+        """Submit the rollout of ``exp`` on ``exp``'s weights version: its required candidates
+        as rollout items (the rollout waits for them, the trainer may sample them), the
+        optional ones as exploration items (served after every rollout item)."""
         cfg = self.cfg
         prompts, seeds, init = iteration_batch(cfg, self.train_prompts, exp.iteration, True)
         plan = pipelined_plan(prompts, seeds, cfg.grpo.group_size, exp, init)
@@ -56,9 +69,18 @@ class Pipeline:
             cfg.sampler.batch_size,
             plan.to_sample_init,
         )
-        candidates = exp.work_items(cfg.seed, cfg.sampler.batch_size, Kind.ROLLOUT)
-        self.next = Submitted(exp, candidates, rollout)
+        candidates, optional = self.explore.pipelined_items(exp)
+        self.next = Submitted(exp, candidates, optional, rollout=rollout)
         self.queue.start_items(self.next.items)
+        if optional:
+            self.queue.submit(optional)
+
+    def update_ended(self) -> None:
+        """The update the next rollout was sampled during ended: its optional candidates that
+        finished are kept, the rest withdrawn."""
+        if self.next is not None and self.next.optional and self.next.optional_done is None:
+            ids = [i.item_id for i in self.next.optional]
+            self.next.optional_done = self.queue.collect(ids)
 
     def take(self, it: int, plan_now) -> tuple[Any, dict[str, Any], tuple[list, list]]:
         """Wait for iteration ``it``'s rollout (submitted now when it is not yet: the first
@@ -75,6 +97,11 @@ class Pipeline:
             )
         sub, self.next = self.next, None
         results = self.queue.finish_items(sub.items, f"iteration {it + 1} rollout")
+        if sub.optional and sub.optional_done is None:  # submitted now: no update to wait for
+            self.next = sub
+            self.update_ended()
+            self.next = None
+        results = {**results, **(sub.optional_done or {})}
         rewards = [r for item in sub.rollout for r in results[item.item_id].rewards]
         trajs = [t for item in sub.rollout for t in results[item.item_id].trajectories]
         return sub.exploration, results, (rewards, trajs)
@@ -82,7 +109,8 @@ class Pipeline:
     def withdraw(self) -> None:
         """The run stopped early: the submitted next rollout is not needed."""
         if self.next is not None:
-            self.queue.call("drop", [i.item_id for i in self.next.items])
+            ids = [i.item_id for i in (*self.next.items, *self.next.optional)]
+            self.queue.call("drop", ids)
             self.next = None
 
     def state(self) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ than ``max_staleness`` versions are not used.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,17 +139,22 @@ def select_groups(
     max_staleness: int,
     keep_trajectories: bool = False,
     rule: str = "max_variance",
+    required: Mapping[str, int] | None = None,
 ) -> Selection:
     """Per prompt whose exploration items all finished (and are fresh enough), the ``group``
     seeds the selection ``rule`` keeps (``SELECTIONS``: by default those with maximal reward
-    variance); the others fall back to random seeds."""
+    variance); the others fall back to random seeds. ``required`` (a pipelined rollout's
+    optional candidates): per prompt, how many of its first items must finish; it is
+    selected from its leading finished items."""
     choose = SELECTIONS[rule]
     seeds, explored, chosen_rewards, trajs = {}, {}, {}, {}
     fallback = 0
     done_samples = sum(len(r.rewards) for r in results.values())
     stale = fresh_version - exp.weights_version > max_staleness
-    for prompt, ids in exp.items.items():
-        if stale or not all(i in results for i in ids):
+    for prompt, all_ids in exp.items.items():
+        ids = _leading_finished(all_ids, results)
+        need = len(all_ids) if required is None else required[prompt]
+        if stale or len(ids) < need:
             fallback += 1
             continue
         rewards = [r for i in ids for r in results[i].rewards]
@@ -160,6 +166,16 @@ def select_groups(
             all_trajs = [t for i in ids for t in results[i].trajectories]
             trajs[prompt] = [all_trajs[i] for i in pick]
     return Selection(seeds, explored, chosen_rewards, fallback, done_samples, trajs)
+
+
+def _leading_finished(ids: list[str], results: Mapping[str, ItemResult]) -> list[str]:
+    """The items of ``ids`` before the first one without a result."""
+    out = []
+    for i in ids:
+        if i not in results:
+            break
+        out.append(i)
+    return out
 
 
 def rank_preservation(stale: dict[str, list[float]], fresh: dict[str, list[float]]) -> float:

@@ -29,6 +29,7 @@ the rollout's own ``B x G``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ from spotlight.explore.exploration import (
     select_groups,
 )
 from spotlight.explore.planner import Planner, exploration_budget
-from spotlight.scheduling.work_queue import ItemResult
+from spotlight.scheduling.work_queue import ItemResult, Kind, WorkItem
 
 
 def exploration_seeds(x: ExplorationConfig, train_s: float | None, rate: float | None) -> int:
@@ -62,11 +63,38 @@ def pipelined_seeds(
 ) -> int:
     """Candidates of a pipelined rollout (``schedule="pipelined"``): ``budget_seeds`` when
     fixed; else what is left of :func:`exploration_seeds` (the seeds the samplers draw in the
-    update time) after the rollout's own ``rollout`` samples. A prompt given candidates trains
-    on G of them in place of its own G seeds, so the rollout takes about the update's time.
-    The runners and the simulator size it with this."""
+    update time ``train_s`` at the measured ``rate``) after the rollout's own ``rollout``
+    samples: the time the update leaves once the rollout is sampled. A prompt given candidates
+    trains on G of them in place of its own G seeds. The runners and the simulator size it
+    with this.
+
+    The size is a forecast (the update time and the rate are measured on earlier iterations,
+    and spot capacity changes meanwhile); what keeps the candidates off the critical path is
+    :func:`pipelined_required_items`: with a measured budget only a prompt's first G
+    candidates are rollout work, the rest are optional and dropped when the update ends."""
     seeds = exploration_seeds(x, train_s, rate)
     return seeds if x.budget_seeds else max(0, seeds - rollout)
+
+
+def pipelined_required_items(x: ExplorationConfig, items: int, group: int, batch_size: int) -> int:
+    """How many of a prompt's ``items`` candidate work items (``batch_size`` seeds each, in
+    seed order) the pipelined rollout waits for: all of them with a fixed budget
+    (``budget_seeds``: explored in full, so both runners select the same seeds); else the
+    ones that hold its first ``group`` seeds. The others are optional: sampled after every
+    rollout item (they are exploration items, served last), and those not finished when the
+    update ends are dropped; the selection takes the G of the candidates that finished.
+
+    Why this never makes the pipeline slower than the same pipeline without candidates (the
+    simulator's ``spotlight_pipelined`` against ``ablation_pipelined_no_oversampling``): the
+    required items are the rollout's own P x G samples (a prompt's first G candidates stand
+    in for its G random seeds), so the rollout the next iteration waits for is the same work;
+    the optional ones only use sampler time the update leaves idle and end with it, so no
+    iteration ends later. Each prompt's trained G is the best of a superset of its G seeds,
+    so no group is deader; the same iterations at the same times reach the target no later.
+    The forecast in :func:`pipelined_seeds` then only decides how much idle time is used."""
+    if x.budget_seeds:
+        return items
+    return min(items, -(-group // batch_size))
 
 
 def _ema(old: float | None, new: float, weight: float = 0.5) -> float:
@@ -144,6 +172,7 @@ class ExplorationStrategy:
         results: Mapping[str, ItemResult],
         fresh_version: int,
         keep_trajectories: bool,
+        required: Mapping[str, int] | None = None,
     ) -> Selection:
         """The kept seeds of what ``exp`` explored; the planner learns from every explored
         prompt."""
@@ -156,6 +185,7 @@ class ExplorationStrategy:
             x.max_staleness,
             keep_trajectories,
             x.selection,
+            required,
         )
         for prompt, rewards in sel.explored.items():
             self.planner.observe(prompt, rewards)
@@ -198,15 +228,39 @@ class ExplorationStrategy:
             iteration, version, list(prompts), {}, init_seeds=list(init) if init else None
         )
 
+    def pipelined_items(self, exp: Exploration) -> tuple[list[WorkItem], list[WorkItem]]:
+        """The work items of a pipelined rollout's candidates ``exp``: those the rollout waits
+        for (rollout items) and the optional ones (exploration items, dropped when the update
+        ends): :func:`pipelined_required_items`."""
+        cfg = self.cfg
+        items = exp.work_items(cfg.seed, cfg.sampler.batch_size, Kind.ROLLOUT)
+        need = self._required(exp)
+        required, optional = [], []
+        for item in items:
+            ids = exp.items[item.prompts[0]]
+            if ids.index(item.item_id) < need[item.prompts[0]]:
+                required.append(item)
+            else:
+                optional.append(dataclasses.replace(item, kind=Kind.EXPLORE))
+        return required, optional
+
+    def _required(self, exp: Exploration) -> dict[str, int]:
+        g, b = self.cfg.grpo.group_size, self.cfg.sampler.batch_size
+        x = self.cfg.exploration
+        return {p: pipelined_required_items(x, len(ids), g, b) for p, ids in exp.items.items()}
+
     def pipelined_selected(
         self, exp: Exploration, results: Mapping[str, ItemResult]
     ) -> tuple[Selection | None, dict[str, Any]]:
-        """The selection of a pipelined rollout's candidates (all finished: the rollout waits
-        for them), their trajectories kept, and the metrics it adds to the row; None without
+        """The selection of a pipelined rollout's candidates (the required ones finished: the
+        rollout waits for them; the optional ones that finished before the update ended),
+        their trajectories kept, and the metrics it adds to the row; None without
         candidates."""
         if not exp.items:
             return None, {}
-        sel = self._select(exp, results, exp.weights_version, keep_trajectories=True)
+        sel = self._select(
+            exp, results, exp.weights_version, keep_trajectories=True, required=self._required(exp)
+        )
         return sel, {
             **sel.metrics(),
             "explore_budget_predicted": exp.budget,

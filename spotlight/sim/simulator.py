@@ -23,7 +23,8 @@ trains, so an iteration takes the longer of the two instead of their sum; the le
 charges the staleness (``LearningModel.async_staleness_factor``). **Pipelined** Spotlight
 (``spotlight_pipelined``) runs that schedule on spot samplers: the next rollout is oversampled by
 the exploration budget (the max-variance G of a prompt's candidates trained, selected on the same
-rewards), and the trainer GPUs sample what is left of it once the update ends.
+rewards; candidates beyond a prompt's G only in the update time the rollout leaves, dropped when
+it ends), and the trainer GPUs sample what is left of the rollout once the update ends.
 
 Accounting uses :class:`~spotlight.scheduling.costs.Ledger`: held GPU-seconds per pool (spot while
 the trace holds the GPU, on-demand trainer GPUs for the whole run, on-demand samplers for the whole
@@ -373,19 +374,28 @@ class Simulation(QueueSampling):
         (``pipelined_seeds``: what the samplers draw in the update time, their own rate now,
         the trainer's left out, less the rollout's P x G; no sampler up: none), split by the
         planner as Spotlight's exploration splits its budget: a prompt planned k seeds has k
-        candidates in place of its G. If the rollout is not done when the update ends, the
-        trainer GPUs join it (``trainer_samples``), and the next iteration waits for all of
-        it."""
+        candidates in place of its G. Its first G are rollout work (the P x G items every
+        pipeline samples); the other k - G are optional (``pipelined_required_items``):
+        sampled once the rollout is done, dropped when the update ends, and given to the
+        prompts in plan order as they finished. If the rollout is not done when the update
+        ends, the trainer GPUs join it (``trainer_samples``), and the next iteration waits for
+        all of it, as without candidates."""
         G, P = self.sc.group_size, self.sc.prompts_per_iteration
         self._rate = self._samplers_rate() or None
         budget = 0
         if self.sys.exploration == "oversample":
             budget = pipelined_seeds(self.exploration, train_s, self._rate, P * G)
         plan = self.planner.plan([str(p) for p in prompts], budget) if budget else {}
-        n = {p: plan[str(p)] for p in prompts if plan.get(str(p), 0) > 0}
-        samples = P * G + sum(k - G for k in n.values())
-        self._sample(self._items(Kind.ROLLOUT, it, samples), join_at=t_train_end)
-        return n
+        extra = {p: plan[str(p)] - G for p in prompts if plan.get(str(p), 0) > G}
+        self._sample(self._items(Kind.ROLLOUT, it, P * G), join_at=t_train_end)
+        if not extra or self.t >= t_train_end:
+            return {}
+        items = self._items(Kind.EXPLORE, it, sum(extra.values()))
+        left = len(self._sample(items, deadline=t_train_end)) * self.sc.batch_size
+        n = {}
+        for p, k in extra.items():  # the finished candidates, in plan order
+            n[p], left = G + min(k, left), max(0, left - k)
+        return {p: k for p, k in n.items() if k > G}
 
     def _progress(self, contrast: float, live: float) -> float:
         """What an iteration with this rollout counts for, in plain-GRPO iterations

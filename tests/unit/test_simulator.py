@@ -885,6 +885,65 @@ def test_oversampling_the_pipelined_rollout_rescues_dead_groups(tmp_path):
     assert spot_per_iteration[0] > 1.5 * spot_per_iteration[1]
 
 
+def _dead_population(tmp_path) -> str:
+    """A binary population where most prompts rarely succeed: many random groups are dead."""
+    per_prompt = [{"rewards": [1.0] * k + [0.0] * (8 - k)} for k in (0, 0, 1, 1, 2, 3, 5, 8)]
+    path = tmp_path / "binary.json"
+    path.write_text(json.dumps({"per_prompt": per_prompt}))
+    return str(path)
+
+
+@pytest.mark.parametrize("flaky", [False, True], ids=["steady", "preempted"])
+def test_pipelined_candidates_never_make_an_iteration_end_later(tmp_path, flaky):
+    """Candidates beyond a prompt's G only use the update time the rollout leaves: every
+    iteration of ``spotlight_pipelined`` ends when the same pipeline's without candidates
+    does, whatever the trace, so it reaches the target no later."""
+    # 2 trainer GPUs, spot samplers of 1 GPU at 0.5 samples/s each (items of 2 samples x 2
+    # steps, 4 s), a 6 s weights pick-up; the update of 4 prompts x G=2 takes 20 s
+    sc = _hand_scenario(
+        trainer_gpus=2,
+        sampler_gpus=4 if flaky else 2,
+        gpus_per_node=1,
+        prompts_per_iteration=4,
+        explore_budget=None,
+        max_hours=1.0,
+        step_costs=StepCosts(sample_step_s=1.0, train_step_s=5.0, model_gb=1.0),
+        overheads=Overheads(
+            weights_broadcast_s=6.0,
+            replica_start_s=3.0,
+            spill_wait_s=1e6,
+            hard_share=0.5,
+            notice_s=5.0,
+        ),
+    )
+    trace = (
+        CapacityTrace("flaky", (0.0, 47.0, 95.0, 133.0, 170.0, 260.0), (4, 1, 3, 0, 2, 4), 300.0)
+        if flaky
+        else CapacityTrace("steady", (0.0,), (2,), 10**6)
+    )
+    learn = LearningModel(
+        baseline_iterations=12, prompts_file=_dead_population(tmp_path), live_exponent=1
+    )
+    over, plain = (
+        Simulation(sc, SYSTEMS[name], trace, learning=learn, seed=1).run()
+        for name in ("spotlight_pipelined", "ablation_pipelined_no_oversampling")
+    )
+    ends = [[p["t_h"] * 3600 for p in r.timeline] for r in (over, plain)]
+    assert ends[0] == pytest.approx(ends[1][: len(ends[0])])
+    assert over.reached and over.time_to_target_h <= plain.time_to_target_h
+    assert over.iterations < plain.iterations  # the candidates that finished rescued groups
+    if flaky:
+        assert over.preemptions > 0 and over.notices > 0
+    else:
+        # at the update's start the 2 samplers draw 1 sample/s: 20 seeds in the update, 12
+        # once the rollout's 8 are drawn. Sampled as rollout work (the rule before), the
+        # candidates ran past the update: 6 s pick-up + 4 rounds of 4 s = 22 s an iteration.
+        # Optional, they take the 20 - 14 s the rollout leaves, and end with the update.
+        assert [b - a for a, b in itertools.pairwise(ends[0])] == pytest.approx(
+            [20.0] * (over.iterations - 1)
+        )
+
+
 def test_pipelined_systems_and_their_ablations_are_defined_and_checked():
     pipe = SYSTEMS["spotlight_pipelined"]
     assert (pipe.samplers, pipe.exploration, pipe.pipeline, pipe.trainer_samples) == (

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from spotlight.config import ExplorationConfig
-from spotlight.explore.strategy import ExplorationStrategy
+from spotlight.explore.exploration import Exploration
+from spotlight.explore.strategy import ExplorationStrategy, pipelined_required_items
 from spotlight.recipes import get_recipe
-from spotlight.scheduling.work_queue import ItemResult
+from spotlight.scheduling.work_queue import ItemResult, Kind
 
 
 def _cfg(iterations: int = 3, **explore):
@@ -20,10 +21,10 @@ def _cfg(iterations: int = 3, **explore):
     return dataclasses.replace(cfg, num_iterations=iterations, exploration=x)
 
 
-def _results(exp, reward_of):
+def _results(exp, reward_of, batch_size: int = 4):
     """Every item of ``exp`` finished, seed ``s`` of prompt ``p`` scoring ``reward_of(p, s)``."""
     out = {}
-    for item in exp.work_items(0, 4):
+    for item in exp.work_items(0, batch_size):
         rewards = [reward_of(p, s) for p, s in zip(item.prompts, item.seeds, strict=True)]
         trajs = [f"{p}:{s}".encode() for p, s in zip(item.prompts, item.seeds, strict=True)]
         out[item.item_id] = ItemResult(item.item_id, "w", "spot", rewards, trajectories=trajs)
@@ -130,3 +131,54 @@ def test_the_next_selection_survives_a_checkpoint_as_json():
     assert resumed.take() == s.take()
     resumed.load_state(None)
     assert resumed.take() == (None, {})
+
+
+def _pipelined(**explore):
+    cfg = _cfg(**explore)
+    return dataclasses.replace(
+        cfg, schedule="pipelined", sampler=dataclasses.replace(cfg.sampler, batch_size=2)
+    )
+
+
+def test_a_pipelined_rollout_waits_for_a_prompts_first_g_candidates_only():
+    x = _cfg().exploration
+    assert pipelined_required_items(x, 4, group=4, batch_size=2) == 2  # seeds 0-3
+    assert pipelined_required_items(x, 4, group=3, batch_size=2) == 2  # seeds 0-3 hold 0-2
+    assert pipelined_required_items(x, 1, group=4, batch_size=8) == 1
+    fixed = _cfg(budget_seeds=16).exploration
+    assert pipelined_required_items(fixed, 4, group=4, batch_size=2) == 4  # explored in full
+
+    s = ExplorationStrategy(_pipelined())  # G = 4, items of 2 seeds
+    exp = Exploration(1, 0, ["a", "b", "c"], {"a": 8, "b": 0, "c": 12})
+    required, optional = s.pipelined_items(exp)
+    assert [i.item_id for i in required] == [f"e1-v0-p{k}-{j}" for k in (0, 2) for j in (0, 1)]
+    assert {i.kind for i in required} == {Kind.ROLLOUT}
+    assert {i.kind for i in optional} == {Kind.EXPLORE} and len(optional) == 2 + 4
+    assert [i.seeds for i in required[:2]] == [
+        tuple(exp.seeds["a"][:2]),
+        tuple(exp.seeds["a"][2:4]),
+    ]
+
+    # the update ended with a's first optional item done and none of c's: a selects among
+    # its 6 finished candidates, c among its 4 (the rollout's own), no prompt falls back
+    done = _results(exp, _binary, batch_size=2)
+    kept = {i.item_id: done[i.item_id] for i in [*required, optional[0]]}
+    sel, row = s.pipelined_selected(exp, kept)
+    assert sel.fallback_prompts == 0 and set(sel.seeds) == {"a", "c"}
+    assert len(sel.explored["a"]) == 6 and len(sel.explored["c"]) == 4
+    assert set(sel.seeds["a"]) <= set(exp.seeds["a"][:6])
+    assert sorted(sel.seeds["c"]) == sorted(exp.seeds["c"][:4])
+    assert row["explore_budget_used"] == 10
+    # a required item missing: that prompt is not selected
+    del kept[required[-1].item_id]
+    sel, _ = s.pipelined_selected(exp, kept)
+    assert sel.fallback_prompts == 1 and set(sel.seeds) == {"a"}
+
+    # a fixed budget: every candidate is rollout work, and the selection waits for all
+    f = ExplorationStrategy(_pipelined(budget_seeds=16))
+    required, optional = f.pipelined_items(exp)
+    assert optional == [] and len(required) == 4 + 6
+    sel, _ = f.pipelined_selected(exp, {i.item_id: done[i.item_id] for i in required[:-1]})
+    assert sel.fallback_prompts == 1
+    sel, _ = f.pipelined_selected(exp, done)
+    assert sel.fallback_prompts == 0 and len(sel.explored["c"]) == 12
