@@ -121,14 +121,17 @@ def _step(node: Any, key: str) -> Any:
 
 def read_path(data: Any, path: str) -> Any:
     """``data`` at a dotted ``path``; after a ``*`` or a filter, the rest maps over the list
-    (an index right after one picks an element)."""
+    (an index right after one picks an element); a dict's key may hold a dot."""
     keys = path.split(".") if path else []
     node, listed = data, False
-    for key in keys:
+    while keys:
+        key = keys.pop(0)
+        while isinstance(node, dict) and key not in node and keys:  # a key with a dot in it
+            key += "." + keys.pop(0)
         if listed and key.isdigit():  # one element of the list a filter or ``*`` gave
             node, listed = node[int(key)], False
-        elif listed:
-            node = [_step(x, key) for x in node]
+        elif listed:  # a row without the key (a metric not logged every iteration): null
+            node = [None if isinstance(x, dict) and key not in x else _step(x, key) for x in node]
         else:
             node = _step(node, key)
             listed = key == "*" or key.startswith("[")
@@ -155,15 +158,16 @@ def _number(text: str) -> float:
 
 
 def _sentence(text: str, start: int, end: int) -> str:
-    """The sentence (or table cell) around ``text[start:end]``, whitespace collapsed."""
-    left = max(text.rfind(". ", 0, start), text.rfind("\n\n", 0, start), text.rfind("|", 0, start))
-    right = [
-        i for i in (text.find(". ", end), text.find("\n\n", end), text.find("|", end)) if i >= 0
-    ]
-    stop = min(right) if right else len(text)
-    stop += text[stop : stop + 1] == "."
-    sentence = " ".join(text[left + 1 : stop].split())
-    return sentence if len(sentence) <= SENTENCE_CHARS else sentence[: SENTENCE_CHARS - 3] + "..."
+    """The sentence (or table cell) around ``text[start:end]``, whitespace collapsed; a long
+    one is cut around the match."""
+    stops = [m.end() for m in re.finditer(r"[.!?]\s|\n\s*\n|\|", text[:start])]
+    left = stops[-1] if stops else 0
+    after = re.search(r"[.!?](?=\s)|\n\s*\n|\|", text[end:])
+    right = end + (after.start() + (after.group()[0] in ".!?") if after else len(text) - end)
+    if right - left > SENTENCE_CHARS:
+        left = max(left, start - SENTENCE_CHARS // 3)
+        right = min(right, max(end, left + SENTENCE_CHARS))
+    return " ".join(text[left:right].split())
 
 
 def check_figure(fig: dict[str, Any], commands: dict[str, Any], root: Path) -> list[Failure]:
