@@ -1,7 +1,7 @@
 # The commands people type. Each target sets up .venv first when needed.
 VENV ?= .venv
 
-.PHONY: setup train test test-fast lint format bench-cpu clean
+.PHONY: setup train test test-fast lint format bench-cpu figures clean
 
 setup:
 	bash scripts/setup.sh
@@ -25,6 +25,10 @@ format: setup
 
 bench-cpu: setup
 	$(VENV)/bin/python benchmarks/tiny_cpu.py --out docs/bench
+
+# the documented figures against their JSON; SET=quick|long|all, REGENERATE=1 re-runs them first
+figures: setup
+	$(VENV)/bin/python benchmarks/figures.py --set $(or $(SET),all) $(if $(REGENERATE),--regenerate,--check)
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache
