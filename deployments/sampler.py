@@ -88,16 +88,18 @@ class ReplicaSpec:
 
 
 def replica_actor_options(
-    pool: str | None = None, workers: int = 1, gpu: bool = False
+    pool: str | None = None, workers: int = 1, gpu: bool = False, gpu_share: float = 1.0
 ) -> dict[str, Any]:
-    """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and as
-    many GPUs on a cluster), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
+    """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and with
+    ``gpu`` as many GPUs, each ``gpu_share`` of one: below 1 where it shares its GPU with a
+    trainer worker), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
     from spotlight.scheduling import resources
 
     resources: dict[str, float] = {resources.RESOURCE_SAMPLER: workers}
     if pool is not None:
         resources[pool] = 0.001
-    return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
+    num_gpus = workers * gpu_share if gpu else 0
+    return {"num_cpus": 1, "num_gpus": num_gpus, "resources": resources}
 
 
 # graceful_shutdown_wait_loop_s: on a stop, Serve looks for requests still running this often
