@@ -85,6 +85,9 @@ class ReplicaSpec:
     """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
     replicas share the trainer's cores, the trainer keeps them, as on its own GPU. (SP worker
     processes, ``sp_degree > 1``, keep their priority.)"""
+    merge_lora: bool = False
+    """Sample with the LoRA adapters merged into the base weights (``RayOptions.merge_lora``;
+    in this process: SP worker processes sample unmerged)."""
 
 
 def replica_actor_options(
@@ -125,6 +128,12 @@ class SamplerReplica:
         self.spec = spec
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
+        self._merged = None
+        """With ``merge_lora`` (and no SP workers), what loads versions merged."""
+        if spec.merge_lora and max(spec.sp_workers, spec.sp_degree) == 1:
+            from spotlight.policies.lora_merge import MergedLoRA
+
+            self._merged = MergedLoRA(self._policy)
         self._sp = None
         """The replica's SP worker processes and groups, when it has more than one worker."""
         workers = max(spec.sp_workers, spec.sp_degree)
@@ -292,7 +301,10 @@ class SamplerReplica:
             return
         t0 = time.perf_counter()
         header, state = fetch_weights(self._actors.broadcast, version)
-        self._policy.load_state_dict(state)
+        if self._merged is not None:  # re-merged from the clean base weights
+            self._merged.load(state)
+        else:
+            self._policy.load_state_dict(state)
         if self._sp is not None:  # the SP workers take the version through shared memory
             state = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}
             self._sp.set_weights(state, self.spec.policy)

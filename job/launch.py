@@ -62,6 +62,7 @@ def start_serve(
         sp_degree=opts.sp_degree,
         sp_workers=opts.workers_per_replica,
         idle_priority=opts.sampler_idle_priority and not opts.device.startswith("cuda"),
+        merge_lora=opts.merge_lora,
     )
     gpu = opts.device.startswith("cuda")
     per_gpu = gpus.ray_gpus() if gpus is not None else None

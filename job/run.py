@@ -18,7 +18,7 @@ from spotlight import progress
 from spotlight.config import Config
 from spotlight.job.cluster import check_capacity, check_storage, cleanup, connect
 from spotlight.job.controller import Controller
-from spotlight.job.options import OPTIONS_FILE, RayOptions
+from spotlight.job.options import OPTIONS_FILE, RayOptions, check_merge_lora
 from spotlight.job.placement import local_gpu_plan
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.job.ray_logs import RayLogRoute
@@ -45,6 +45,7 @@ def run_ray(
             "rollout_staleness > 0 (stale rollouts, a measurement) runs on the local runner:"
             " add --runner local"
         )
+    check_merge_lora(opts, cfg.grpo.loss)
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
     gpus = local_gpu_plan(cfg, opts, log=log)  # what cannot fit this machine's GPUs, likewise

@@ -117,6 +117,6 @@ def test_local_plan_only_for_cuda_without_a_cluster(monkeypatch):
     with pytest.raises(ValueError, match="this machine has 0 GPUs"):
         local_gpu_plan(cfg, one, GpuMachine(0))
     qwen = get_recipe("qwen-image-ocr-512")  # its OCR model prefers a GPU: the CPU on 1 GPU
-    with pytest.raises(ValueError, match="needs 136.1 GB"):
+    with pytest.raises(ValueError, match=r"needs 136\.1 GB"):
         local_gpu_plan(qwen, one, GpuMachine(1, H100_GB))
     assert local_gpu_plan(qwen, one, GpuMachine(1, H200_GB)).reward == ()
