@@ -105,6 +105,15 @@ def replica_actor_options(
     return {"num_cpus": 1, "num_gpus": num_gpus, "resources": resources}
 
 
+def gpu_peak_gb() -> float | None:
+    """This process's peak allocated CUDA memory in GB (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.max_memory_allocated() / 1e9
+
+
 # graceful_shutdown_wait_loop_s: on a stop, Serve looks for requests still running this often
 # (its default, 2 s, held each app's delete about 2 s longer than the replicas needed)
 @serve.deployment(ray_actor_options={"num_cpus": 1}, graceful_shutdown_wait_loop_s=0.2)
@@ -149,6 +158,7 @@ class SamplerReplica:
             "items": 0,
             "samples": 0,
             "busy_s": 0.0,
+            "sampling_s": 0.0,
             "weights_loads": 0,
             "commits": 0,
             "items_handed_back": 0,
@@ -193,6 +203,9 @@ class SamplerReplica:
             "sp_regrow_s": list(self._sp.regrow_s) if self._sp is not None else [],
             "node_id": self.node_id,
             "notice": self.notice,
+            "device": str(self._policy.device),
+            "merged": self._merged is not None,
+            "gpu_peak_gb": gpu_peak_gb(),
             **self.counters,
         }
 
@@ -330,6 +343,7 @@ class SamplerReplica:
             self.counters["items_resumed"] += 1
         trajs = start_item(item, self._policy.latent_shape, self._sampler_cfg)
         start_step = trajs[0].step
+        t_sample = time.perf_counter()
         trajs, finished = run_item(
             trajs,
             self._stepper(item),
@@ -337,6 +351,7 @@ class SamplerReplica:
             self._committer(item),
             stop=self._stop.is_set,
         )
+        self.counters["sampling_s"] += time.perf_counter() - t_sample
         if not finished:  # notice or graceful stop: commit here, hand the item back
             self._hand_back(item, trajs, start_step)
             self.counters["busy_s"] += time.perf_counter() - t0

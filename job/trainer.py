@@ -170,6 +170,8 @@ def train_loop(config: dict[str, Any]) -> None:
             "train_s": time.perf_counter() - t0,
             **stats,
         }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            metrics["gpu_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
         if rank == 0:
             rollout = sampled_with[1] if sampled_with is not None else None
             last_post = _publish(

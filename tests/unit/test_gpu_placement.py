@@ -120,3 +120,22 @@ def test_local_plan_only_for_cuda_without_a_cluster(monkeypatch):
     with pytest.raises(ValueError, match=r"needs 136\.1 GB"):
         local_gpu_plan(qwen, one, GpuMachine(1, H100_GB))
     assert local_gpu_plan(qwen, one, GpuMachine(1, H200_GB)).reward == ()
+
+
+def test_cli_refuses_cuda_without_gpus_and_merged_flow_grpo_before_ray(
+    tmp_path, capsys, monkeypatch
+):
+    import ray
+
+    from spotlight.cli import main
+    from spotlight.job import placement
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(placement, "cuda_machine", lambda: GpuMachine(0))
+    base = ["train", "--iterations", "1", "--no-wandb", "--out", str(tmp_path / "run")]
+    assert main([*base, "--recipe", "tiny-smoke", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: this machine has 0 GPUs" in err and len(err.strip().splitlines()) == 1
+    assert main([*base, "--recipe", "tiny-geneval", "--merge-lora"]) == 2
+    assert "--merge-lora: grpo.loss 'flow_grpo' needs" in capsys.readouterr().err
+    assert not ray.is_initialized() and not (tmp_path / "run").exists()
