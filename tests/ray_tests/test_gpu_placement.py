@@ -42,24 +42,25 @@ def _seen() -> dict:
     return {"ids": ids, "visible": visible, "device": worker_device("cuda", ids, visible)}
 
 
-def _probe_replicas_and_reward(opts, plan) -> tuple[list[dict], dict | None]:
-    """What each sampler replica and the reward would see, placed by the job's options."""
+def _probe_replicas_and_reward(opts, plan) -> tuple[list[dict], dict | None, list]:
+    """What each sampler replica and the reward would see, placed by the job's options. The
+    probes are actors, returned to be held: their GPUs stay taken while the trainer is placed."""
     import ray
 
     from spotlight.deployments.reward import reward_scorer
     from spotlight.deployments.sampler import replica_actor_options
 
-    probe = ray.remote(_seen)
+    holder = ray.remote(_Holder)
     share = plan.ray_gpus()["sampler"]
     replica = replica_actor_options(None, opts.workers_per_replica, True, share)
-    # held actors, so the replicas' GPUs stay taken while the next ones are placed
-    holders = [ray.remote(_Holder).options(**replica).remote() for _ in range(opts.num_samplers)]
+    holders = [holder.options(**replica).remote() for _ in range(opts.num_samplers)]
     replicas = ray.get([h.seen.remote() for h in holders])
     reward = None
     gpus = plan.ray_gpus()["reward"]
     if gpus > 0:
         actor = reward_scorer("brightness", gpus=gpus)._bound_deployment.ray_actor_options
-        reward = ray.get(probe.options(**actor).remote())
+        holders.append(holder.options(**actor).remote())
+        reward = ray.get(holders[-1].seen.remote())
     return replicas, reward, holders
 
 
