@@ -96,3 +96,16 @@ def test_flow_grpo_refuses_merged_sampling(loss: str, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match=r"--merge-lora: grpo\.loss 'flow_grpo' needs"):
             check_merge_lora(RayOptions(merge_lora=True), loss)
+
+
+def test_random_weights_policy_is_the_same_in_every_process_and_checks_its_size() -> None:
+    from spotlight.config import PolicyConfig
+    from spotlight.policies import make_policy
+
+    options = {"random_weights": "tiny", "height": SIZE, "width": SIZE, "lora_rank": 2}
+    a, b = (make_policy(PolicyConfig(name="qwen-image", options=options)) for _ in range(2))
+    assert a.latent_shape == (16, SIZE // 8, SIZE // 8) and a.transformer.dtype == torch.float32
+    for (name, x), y in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert torch.equal(x, y), name
+    with pytest.raises(ValueError, match="random_weights must be one of"):
+        make_policy(PolicyConfig(name="qwen-image", options={**options, "random_weights": "xl"}))
