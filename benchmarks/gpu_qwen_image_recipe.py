@@ -35,92 +35,12 @@ from typing import Any
 
 import torch
 
+from spotlight.policies.qwen_random import random_pipeline
+
 REPO = Path(__file__).resolve().parents[1]
 
 CUT_BATCH = ("num_prompts_per_iteration=2", "grpo.group_size=4")
 """The default cut: 2 prompts x 4 images an iteration (8 samples, one sampler item at 512)."""
-
-QWEN25_VL_7B_TEXT = {
-    "hidden_size": 3584,
-    "intermediate_size": 18944,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "vocab_size": 152064,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1_000_000.0,
-    "rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]},
-}
-"""Qwen2.5-VL-7B-Instruct's language model (its config.json), Qwen-Image's text encoder."""
-QWEN25_VL_7B_VISION = {
-    "depth": 32,
-    "hidden_size": 1280,
-    "intermediate_size": 3420,
-    "num_heads": 16,
-    "out_hidden_size": 3584,
-}
-"""Its vision tower (loaded with the encoder, never run for text prompts)."""
-
-TINY_TEXT = {
-    "hidden_size": 16,
-    "intermediate_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "rope_scaling": {"rope_type": "default", "mrope_section": [1, 1, 2]},
-}
-TINY_VISION = {"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2}
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
-def random_pipeline(device: str, dtype: torch.dtype, tiny: bool, tmp: Path):
-    """A QwenImagePipeline with random weights built on ``device`` (full size unless ``tiny``)."""
-    from diffusers import (
-        AutoencoderKLQwenImage,
-        FlowMatchEulerDiscreteScheduler,
-        QwenImagePipeline,
-        QwenImageTransformer2DModel,
-    )
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    from tests.tiny_hf.qwen_image import tokenizer
-
-    torch.manual_seed(0)
-    with torch.device(device), _default_dtype(dtype):
-        if tiny:
-            transformer = QwenImageTransformer2DModel(
-                num_layers=2,
-                num_attention_heads=2,
-                attention_head_dim=16,
-                joint_attention_dim=16,
-                axes_dims_rope=(4, 6, 6),
-            )
-            vae = AutoencoderKLQwenImage(
-                base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1
-            )
-        else:
-            transformer = QwenImageTransformer2DModel()  # diffusers' defaults: Qwen-Image's
-            vae = AutoencoderKLQwenImage()
-    pipe = QwenImagePipeline(FlowMatchEulerDiscreteScheduler(), vae, None, None, transformer)
-    tok = tokenizer(tmp / "tokenizer", pipe.prompt_template_encode)
-    text, vision = (TINY_TEXT, TINY_VISION) if tiny else (QWEN25_VL_7B_TEXT, QWEN25_VL_7B_VISION)
-    vocab = len(tok) if tiny else text["vocab_size"]
-    text = {**text, "vocab_size": vocab, "bos_token_id": tok.eos_token_id}
-    text["eos_token_id"] = tok.eos_token_id
-    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, vocab_size=vocab)
-    with torch.device(device), _default_dtype(dtype):
-        encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
-    pipe.register_modules(tokenizer=tok, text_encoder=encoder)
-    return pipe
 
 
 def _sync(device: str) -> None:
@@ -251,7 +171,6 @@ def main() -> int:
     if not args.tiny and not torch.cuda.is_available():
         print("needs a CUDA GPU (or --tiny for the CPU check)", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(REPO))  # tests.tiny_hf: the tokenizer
     report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))

@@ -85,19 +85,33 @@ class ReplicaSpec:
     """Run the pull loop at idle CPU priority (:func:`idle_thread_priority`): where the
     replicas share the trainer's cores, the trainer keeps them, as on its own GPU. (SP worker
     processes, ``sp_degree > 1``, keep their priority.)"""
+    merge_lora: bool = False
+    """Sample with the LoRA adapters merged into the base weights (``RayOptions.merge_lora``;
+    in this process: SP worker processes sample unmerged)."""
 
 
 def replica_actor_options(
-    pool: str | None = None, workers: int = 1, gpu: bool = False
+    pool: str | None = None, workers: int = 1, gpu: bool = False, gpu_share: float = 1.0
 ) -> dict[str, Any]:
-    """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and as
-    many GPUs on a cluster), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
+    """Ray actor options of a sampler replica: ``workers`` units of ``sampler_gpu`` (and with
+    ``gpu`` as many GPUs, each ``gpu_share`` of one: below 1 where it shares its GPU with a
+    trainer worker), pinned to ``pool``'s nodes ('spot' / 'on_demand') when given."""
     from spotlight.scheduling import resources
 
     resources: dict[str, float] = {resources.RESOURCE_SAMPLER: workers}
     if pool is not None:
         resources[pool] = 0.001
-    return {"num_cpus": 1, "num_gpus": workers if gpu else 0, "resources": resources}
+    num_gpus = workers * gpu_share if gpu else 0
+    return {"num_cpus": 1, "num_gpus": num_gpus, "resources": resources}
+
+
+def gpu_peak_gb() -> float | None:
+    """This process's peak allocated CUDA memory in GB (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.max_memory_allocated() / 1e9
 
 
 # graceful_shutdown_wait_loop_s: on a stop, Serve looks for requests still running this often
@@ -123,6 +137,12 @@ class SamplerReplica:
         self.spec = spec
         self._sampler_cfg = SamplerConfig(**spec.sampler)
         self._policy = make_policy(PolicyConfig(**spec.policy), spec.device)
+        self._merged = None
+        """With ``merge_lora`` (and no SP workers), what loads versions merged."""
+        if spec.merge_lora and max(spec.sp_workers, spec.sp_degree) == 1:
+            from spotlight.policies.lora_merge import MergedLoRA
+
+            self._merged = MergedLoRA(self._policy)
         self._sp = None
         """The replica's SP worker processes and groups, when it has more than one worker."""
         workers = max(spec.sp_workers, spec.sp_degree)
@@ -138,6 +158,7 @@ class SamplerReplica:
             "items": 0,
             "samples": 0,
             "busy_s": 0.0,
+            "sampling_s": 0.0,
             "weights_loads": 0,
             "commits": 0,
             "items_handed_back": 0,
@@ -182,6 +203,9 @@ class SamplerReplica:
             "sp_regrow_s": list(self._sp.regrow_s) if self._sp is not None else [],
             "node_id": self.node_id,
             "notice": self.notice,
+            "device": str(self._policy.device),
+            "merged": self._merged is not None,
+            "gpu_peak_gb": gpu_peak_gb(),
             **self.counters,
         }
 
@@ -290,7 +314,10 @@ class SamplerReplica:
             return
         t0 = time.perf_counter()
         header, state = fetch_weights(self._actors.broadcast, version)
-        self._policy.load_state_dict(state)
+        if self._merged is not None:  # re-merged from the clean base weights
+            self._merged.load(state)
+        else:
+            self._policy.load_state_dict(state)
         if self._sp is not None:  # the SP workers take the version through shared memory
             state = {k: v.detach().clone() for k, v in self._policy.state_dict().items()}
             self._sp.set_weights(state, self.spec.policy)
@@ -316,6 +343,7 @@ class SamplerReplica:
             self.counters["items_resumed"] += 1
         trajs = start_item(item, self._policy.latent_shape, self._sampler_cfg)
         start_step = trajs[0].step
+        t_sample = time.perf_counter()
         trajs, finished = run_item(
             trajs,
             self._stepper(item),
@@ -323,6 +351,7 @@ class SamplerReplica:
             self._committer(item),
             stop=self._stop.is_set,
         )
+        self.counters["sampling_s"] += time.perf_counter() - t_sample
         if not finished:  # notice or graceful stop: commit here, hand the item back
             self._hand_back(item, trajs, start_step)
             self.counters["busy_s"] += time.perf_counter() - t0

@@ -85,11 +85,12 @@ class Controller:
         opts: RayOptions,
         log: TextIO | None,
         injector=None,
+        gpus=None,
     ):
         from spotlight.explore.strategy import ExplorationStrategy
 
         self.cfg, self.out_dir, self.opts, self.log = cfg, out_dir, opts, log
-        self.injector = injector
+        self.injector, self.gpus = injector, gpus  # gpus: job/placement.py, or None
         self.created = time.monotonic()
         """GPU time is held from here: the first wait accounts the time since."""
         self.run_id = run_id_of(out_dir, cfg)
@@ -146,12 +147,11 @@ class Controller:
             f"replica(s), {self.opts.num_train_workers} trainer worker(s)"
             + ("; reusing the queue's finished items" if kept else ""),
         )
-        # the trainer starts on its own thread while Serve deploys the samplers: both start
-        # together (on a cluster, on different nodes)
+        # the trainer starts on a thread while Serve deploys the samplers: both start together
         self.watch.trainer = launch.start_trainer(
-            self.cfg, self.opts, self.out_dir, self.run_id, start, version, initial
+            self.cfg, self.opts, self.out_dir, self.run_id, start, version, initial, self.gpus
         )
-        launch.start_serve(self.cfg, self.opts, self.injector is not None, self.log)
+        launch.start_serve(self.cfg, self.opts, self.injector is not None, self.log, self.gpus)
         return start, version
 
     # -- One iteration -------------------------------------------------------------------

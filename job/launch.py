@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from spotlight import progress
 from spotlight.config import Config
 from spotlight.job.options import RayOptions
+from spotlight.scheduling.gpu_placement import GpuPlan, process_group_backend
 
 TRAIN_DIR = "ray_train"
 """Ray Train's storage inside the run folder."""
@@ -38,9 +39,12 @@ def autoscaling(max_replicas: int) -> dict[str, Any]:
     }
 
 
-def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) -> None:
+def start_serve(
+    cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None, gpus: GpuPlan | None = None
+) -> None:
     """Deploy the sampler replicas and their reward deployment. ``trace``: a local spot-trace
-    replay, whose replicas wait for the trace's spot nodes (plus an on-demand fallback)."""
+    replay, whose replicas wait for the trace's spot nodes (plus an on-demand fallback).
+    ``gpus``: the one-machine GPU placement (job/placement.py), else whole GPUs."""
     from ray import serve
 
     from spotlight.actors import names
@@ -58,11 +62,14 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
         sp_degree=opts.sp_degree,
         sp_workers=opts.workers_per_replica,
         idle_priority=opts.sampler_idle_priority and not opts.device.startswith("cuda"),
+        merge_lora=opts.merge_lora,
     )
     gpu = opts.device.startswith("cuda")
+    per_gpu = gpus.ray_gpus() if gpus is not None else None
 
     def sampler_opts(pool: str | None) -> dict[str, Any]:  # pool: the local trace replay
-        return replica_actor_options(pool, opts.workers_per_replica, gpu)
+        share = per_gpu["sampler"] if per_gpu else 1.0
+        return replica_actor_options(pool, opts.workers_per_replica, gpu, share)
 
     def reward():
         return reward_scorer(
@@ -70,7 +77,7 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
             opts.threads_per_worker,
             spec.idle_priority,
             cfg.reward_model,
-            opts.scorer_gpus(cfg.reward),
+            per_gpu["reward"] if per_gpu else opts.scorer_gpus(cfg.reward),
         )
 
     apps = {
@@ -106,6 +113,24 @@ def start_serve(cfg: Config, opts: RayOptions, trace: bool, log: TextIO | None) 
     )
 
 
+def trainer_scaling(opts: RayOptions, gpus: GpuPlan | None = None):
+    """The trainer workers' ``ScalingConfig`` (a CPU, a ``trainer_gpu``, and on CUDA the
+    plan's GPU share, else a whole GPU) and ``TorchConfig`` (NCCL on CUDA, gloo on the CPU)."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchConfig
+
+    from spotlight.scheduling import resources
+
+    gpu = opts.device.startswith("cuda")
+    per_worker: dict[str, float] = {"CPU": 1, resources.RESOURCE_TRAINER: 1}
+    if gpu:
+        per_worker["GPU"] = gpus.ray_gpus()["trainer"] if gpus is not None else 1.0
+    scaling = ScalingConfig(
+        num_workers=opts.num_train_workers, use_gpu=gpu, resources_per_worker=per_worker
+    )
+    return scaling, TorchConfig(backend=process_group_backend(opts.device))
+
+
 @dataclasses.dataclass
 class TrainerRun:
     """The Ray Train run, fitted on a thread of the driver: alive while it trains."""
@@ -136,20 +161,20 @@ def start_trainer(
     start: int,
     version: int,
     initial: dict[str, bytes] | None,
+    gpus: GpuPlan | None = None,
 ) -> TrainerRun:
     """Fit a ``TorchTrainer`` of :func:`spotlight.job.trainer.train_loop` on a thread, from
     iteration ``start`` and weights ``version`` (``initial``: the run's checkpoint parts by
     name: ``policy`` (the trained weights), ``optimizer``, ``old_policy`` with
-    ``grpo.nft_old_ema``, ``rollout_weights`` for a pipelined run with an iteration left)."""
+    ``grpo.nft_old_ema``, ``rollout_weights`` for a pipelined run with an iteration left).
+    ``gpus``: the one-machine GPU placement, else one whole GPU a worker on CUDA."""
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     from spotlight.job.trainer import train_loop
-    from spotlight.scheduling import resources
 
-    gpu = opts.device.startswith("cuda")
-    per_worker = {"CPU": 1, resources.RESOURCE_TRAINER: 1}
+    scaling, torch_config = trainer_scaling(opts, gpus)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
@@ -164,9 +189,8 @@ def start_trainer(
             "sampler_threads": opts.threads_per_worker,
             "commit_every": opts.commit_every,
         },
-        scaling_config=ScalingConfig(
-            num_workers=opts.num_train_workers, use_gpu=gpu, resources_per_worker=per_worker
-        ),
+        scaling_config=scaling,
+        torch_config=torch_config,
         run_config=RunConfig(
             name=f"trainer-{run_id}-{start}-{time.time_ns()}",
             storage_path=str((out_dir / TRAIN_DIR).resolve()),

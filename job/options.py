@@ -83,6 +83,11 @@ class RayOptions:
     then; job/trainer_sampling.py). On a GPU cluster the rollout gets the trainer's GPUs
     too, at no extra cost: docs/simulator.md measures it on spot traces. Off by default: on one
     CPU machine the trainer's cores are the replicas' cores."""
+    merge_lora: bool = False
+    """Sampler replicas sample with the policy's LoRA adapters merged into its base weights,
+    rounded once to their dtype (bf16 for Qwen-Image; spotlight.policies.lora_merge): faster,
+    and the sampled log-probs are no longer the trainer's, so only for an update that does not
+    read them (``grpo.loss`` 'nft' or 'awm'): :func:`check_merge_lora`."""
     reward_gpus: float | None = None
     """GPUs of the reward deployment. None: one for a model reward (``MODEL_REWARDS``: an OCR
     model, GenEval's detector and CLIP) on a CUDA device, else none."""
@@ -144,6 +149,20 @@ class RayOptions:
             from spotlight.scheduling.traces import load_trace
 
             load_trace(self.spot_trace)  # a missing or malformed trace fails before Ray starts
+
+
+MERGE_LORA_LOSSES = ("nft", "awm")
+"""The updates that never read the sampler's log-probs: their samplers may merge the LoRA."""
+
+
+def check_merge_lora(opts: RayOptions, loss: str) -> None:
+    """Refuse ``merge_lora`` for an update that reads the sampler's log-probs (Flow-GRPO)."""
+    if opts.merge_lora and loss not in MERGE_LORA_LOSSES:
+        raise ValueError(
+            f"--merge-lora: grpo.loss {loss!r} needs the sampler's own log-probs (Flow-GRPO's"
+            " ratio), which merged, rounded weights do not give; merged sampling is for"
+            f" grpo.loss {' or '.join(map(repr, MERGE_LORA_LOSSES))}"
+        )
 
 
 def json_values(value: Any) -> Any:

@@ -18,7 +18,8 @@ from spotlight import progress
 from spotlight.config import Config
 from spotlight.job.cluster import check_capacity, check_storage, cleanup, connect
 from spotlight.job.controller import Controller
-from spotlight.job.options import OPTIONS_FILE, RayOptions
+from spotlight.job.options import OPTIONS_FILE, RayOptions, check_merge_lora
+from spotlight.job.placement import local_gpu_plan
 from spotlight.job.ray_logs import FILE_NAME as RAY_LOG
 from spotlight.job.ray_logs import RayLogRoute
 from spotlight.training.driver import drive, open_run_folder
@@ -44,14 +45,16 @@ def run_ray(
             "rollout_staleness > 0 (stale rollouts, a measurement) runs on the local runner:"
             " add --runner local"
         )
+    check_merge_lora(opts, cfg.grpo.loss)
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
+    gpus = local_gpu_plan(cfg, opts, log=log)  # what cannot fit this machine's GPUs, likewise
     open_run_folder(cfg, out_dir, resume)
     _record_options(opts, out_dir, resume, log)
     with RayLogRoute(out_dir / RAY_LOG, log) as route:  # entered before ray.init's first lines
         started_here, injector = connect(opts, log)
         route.take_worker_output()
-        return _run_ray(cfg, out_dir, resume, opts, log, started_here, injector)
+        return _run_ray(cfg, out_dir, resume, opts, log, started_here, injector, gpus)
 
 
 def _record_options(opts: RayOptions, out_dir: Path, resume: bool, log: TextIO | None) -> None:
@@ -76,13 +79,14 @@ def _run_ray(
     log: TextIO | None,
     started_here: bool,
     injector,
+    gpus=None,
 ) -> dict[str, Any]:
     """:func:`run_ray` once Ray is up (``started_here``: this call started it)."""
     import ray
 
     from spotlight.tracking import Tracker
 
-    ctl = Controller(cfg, out_dir, opts, log, injector)
+    ctl = Controller(cfg, out_dir, opts, log, injector, gpus)
     try:
         check_capacity(
             opts,

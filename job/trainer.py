@@ -39,6 +39,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import tempfile
 import time
 from functools import partial
@@ -100,6 +101,7 @@ def train_loop(config: dict[str, Any]) -> None:
     from spotlight.flow.update import grpo_update, training_state
     from spotlight.job import protocol
     from spotlight.policies import make_policy
+    from spotlight.scheduling.gpu_placement import worker_device
     from spotlight.scheduling.storage import require_paths
     from spotlight.training.pipeline import ROLLOUT_LAG, old_policy_for, samples_lag
 
@@ -114,7 +116,8 @@ def train_loop(config: dict[str, Any]) -> None:
         {"policy.checkpoint": cfg.policy.checkpoint},
     )
     actors = get_actors()
-    policy = make_policy(cfg.policy, config["device"])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    policy = make_policy(cfg.policy, worker_device(config["device"], ray.get_gpu_ids(), visible))
     optimizer, ref_policy = training_state(policy, cfg.grpo)
     old = OldPolicy.for_config(cfg.grpo, policy)
     pipelined = cfg.schedule == "pipelined"
@@ -167,6 +170,8 @@ def train_loop(config: dict[str, Any]) -> None:
             "train_s": time.perf_counter() - t0,
             **stats,
         }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            metrics["gpu_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
         if rank == 0:
             rollout = sampled_with[1] if sampled_with is not None else None
             last_post = _publish(

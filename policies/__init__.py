@@ -41,6 +41,12 @@ def make_policy(cfg: PolicyConfig, device: str = "cpu") -> Policy:
     if cfg.name == "qwen-image":
         from spotlight.policies.qwen_image import QwenImagePolicy
 
+        if "random_weights" in cfg.options:  # benchmarks: random weights, nothing loaded
+            from spotlight.policies.qwen_random import random_policy
+
+            options = {k: v for k, v in cfg.options.items() if k != "random_weights"}
+            size = cfg.options["random_weights"]
+            return random_policy(size, device, lora_seed=cfg.init_seed, **options)
         if not cfg.checkpoint:
             raise ValueError(
                 "the qwen-image policy needs a local model folder: pass --checkpoint PATH "

@@ -87,6 +87,7 @@ def ray_options_from_args(args: argparse.Namespace, recipe: str | None = None):
         sp_workers=args.sp_workers,
         reward_gpus=args.reward_gpus,
         trainer_samples=args.trainer_samples,
+        merge_lora=args.merge_lora,
     )
 
 
@@ -152,6 +153,12 @@ def _add_where_flags(train: argparse.ArgumentParser, ray_defaults) -> None:
         action="store_true",
         help="the trainer workers sample rollout items while they wait for the rollout (GPU"
         " clusters: the rollout gets the trainer's GPUs too; docs/simulator.md)",
+    )
+    train.add_argument(
+        "--merge-lora",
+        action="store_true",
+        help="sampler replicas sample with the LoRA adapters merged into the base weights"
+        " (faster; grpo.loss nft or awm only: Flow-GRPO needs the sampler's log-probs)",
     )
     train.add_argument(
         "--reward-gpus",
