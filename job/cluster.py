@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TextIO
@@ -80,6 +81,31 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         runtime_env=env,
     )
     return True, None
+
+
+def starts_local_ray(opts: RayOptions) -> bool:
+    """Whether :func:`connect` will start a Ray on this machine (no Ray up in this process,
+    no cluster address): then every role runs here. Ray is not imported for it."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    return not (opts.address or os.environ.get("RAY_ADDRESS"))
+
+
+def check_local_machine(opts: RayOptions) -> None:
+    """On a local Ray, refuse a job this machine's cores or memory cannot hold, or ``--device
+    cuda`` where torch sees no GPU (the GPUs themselves: ``job.placement.local_gpu_plan``; the CLI
+    exits 2), before the run folder is written or Ray starts
+    (:func:`spotlight.scheduling.machine.check_machine`)."""
+    from spotlight.scheduling.machine import check_machine
+
+    if starts_local_ray(opts):
+        check_machine(
+            opts.num_train_workers,
+            opts.num_samplers,
+            opts.workers_per_replica,
+            opts.device,
+        )
 
 
 AUTOSCALER_CONFIG = "~/ray_bootstrap_config.yaml"

@@ -1,11 +1,11 @@
 """``run_ray``: a run on Ray, from the run folder's checks to its summary.
 
-It joins (or starts) Ray, checks the capacity and the storage, starts the
-:class:`~spotlight.job.controller.Controller` and hands it to the run driver
-(:func:`spotlight.training.driver.drive`, the local runner's too): the validation before
-training, the iterations with their validations, stop rules, metrics rows (also to W&B) and
-checkpoints, the summary. The Serve app and the detached actors are cleaned up at the end
-(``keep_cluster_state`` keeps them).
+It checks that a local Ray's roles fit this machine, joins (or starts) Ray, checks the
+capacity and the storage, starts the :class:`~spotlight.job.controller.Controller` and hands
+it to the run driver (:func:`spotlight.training.driver.drive`, the local runner's too): the
+validation before training, the iterations with their validations, stop rules, metrics rows
+(also to W&B) and checkpoints, the summary. The Serve app and the detached actors are cleaned
+up at the end (``keep_cluster_state`` keeps them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.job.cluster import check_capacity, check_storage, cleanup, connect
+from spotlight.job.cluster import (
+    check_capacity,
+    check_local_machine,
+    check_storage,
+    cleanup,
+    connect,
+)
 from spotlight.job.controller import Controller
 from spotlight.job.options import OPTIONS_FILE, RayOptions, check_merge_lora
 from spotlight.job.placement import local_gpu_plan
@@ -48,6 +54,7 @@ def run_ray(
     check_merge_lora(opts, cfg.grpo.loss)
     preflight_reward(cfg.reward, cfg.reward_model)  # no tesseract, no model folder: say so now
     preflight_run(cfg, out_dir, resume)  # a bad checkpoint or run folder, likewise
+    check_local_machine(opts)  # 64 trainer workers on 2 cores, likewise
     gpus = local_gpu_plan(cfg, opts, log=log)  # what cannot fit this machine's GPUs, likewise
     open_run_folder(cfg, out_dir, resume)
     _record_options(opts, out_dir, resume, log)

@@ -39,14 +39,20 @@ def _train(args: argparse.Namespace) -> int:
     if args.runner == "local":
         if args.spot_trace is not None:
             raise ValueError("--spot-trace replays preemptions on Ray: use --runner ray")
+        from spotlight.scheduling.machine import check_device
+
+        check_device(args.device)  # before the model is built
         from spotlight.training.run_local import run_local  # torch import: after argument checks
 
         run_local(cfg, out, resume=resume, device=args.device, log=sys.stdout)
         return 0
-    from spotlight.job.run import run_ray
+    from spotlight.job.cluster import check_local_machine
 
     opts = ray_options_from_args(args, cfg.recipe)
     opts.validate()
+    check_local_machine(opts)  # before Ray and torch are imported
+    from spotlight.job.run import run_ray
+
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
     return 0
 
