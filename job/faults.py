@@ -112,7 +112,11 @@ class Striker:
             rec["moment_seen"] = self._wait_moment(fault, run)
             time.sleep(fault.delay_s)
             before, t0 = committed(run), time.monotonic()
-            rec.update(self._strike(fault, run, resume_cmd), injected=1)
+            try:
+                rec.update(self._strike(fault, run, resume_cmd), injected=1)
+            except Exception as e:  # nothing to strike (a replica restarting): not injected
+                rec["error"] = f"{type(e).__name__}: {e}"
+                continue
             rec["recovery_s"] = self._wait_commit(run, before, t0)
             print(f"[chaos] {rec}", flush=True)
         return records
