@@ -66,6 +66,50 @@ def publish_weights(broadcast, version: int, iteration: int, data: bytes) -> Wei
     return header
 
 
+REPUBLISH_KEEP = 2
+"""Versions the trainer keeps to publish again: the newest, and the one before, on which items
+still queued were submitted (exploration during the update, a pipelined rollout)."""
+
+
+class Publisher:
+    """The publishing end (the trainer's rank 0): publishes versions and keeps the newest
+    :data:`REPUBLISH_KEEP`, to publish them again when the actor restarted without them (Ray
+    restarts it with no versions). Costs that many copies of the weights' bytes in its memory."""
+
+    def __init__(self, broadcast):
+        self.broadcast = broadcast
+        self.kept: dict[int, tuple[WeightsHeader, bytes]] = {}
+
+    def publish(self, version: int, iteration: int, data: bytes) -> WeightsHeader:
+        header = publish_weights(self.broadcast, version, iteration, data)
+        self.kept[version] = (header, data)
+        for old in sorted(self.kept)[:-REPUBLISH_KEEP]:
+            del self.kept[old]
+        return header
+
+    def republish_if_lost(self) -> list[int]:
+        """Publish again, oldest first, the kept versions the actor no longer holds; returns
+        them."""
+        lost = [v for v in sorted(self.kept) if not ray.get(self.broadcast.header.remote(v))]
+        for v in lost:
+            ray.get(self.broadcast.publish.remote(*self.kept[v]))
+        return lost
+
+
+def read_published(
+    broadcast, version: int, timeout_s: float = 300.0
+) -> tuple[WeightsHeader, bytes]:
+    """The header and verified bytes of ``version``, waiting while it is not there (a restarted
+    actor gets it again from the trainer's :class:`Publisher`)."""
+    entry = poll_until(lambda: ray.get(broadcast.get.remote(version)), timeout_s, 0.01, 0.5)
+    if entry is None:
+        raise TimeoutError(f"weights v{version} not published within {timeout_s:.0f} s")
+    header, (ref,) = entry
+    data = ray.get(ref)
+    unpack_state(data, header)  # verify before the caller keeps it
+    return header, data
+
+
 def fetch_weights(broadcast, version: int, timeout_s: float = 300.0):
     """Wait for ``version``, read its bytes and verify them: ``(header, state_dict)``.
 

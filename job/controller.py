@@ -379,16 +379,12 @@ class Controller:
         trainer posted the trained weights and the old policy with the optimizer state
         (``spotlight.flow.old_policy.pack_parts``): ``policy.safetensors`` gets the trained
         weights and ``OLD_POLICY_FILE`` the old policy, as the reference loop writes them."""
-        import ray
-
+        from spotlight.actors.weight_broadcast import read_published
         from spotlight.flow.old_policy import unpack_parts
-        from spotlight.flow.weights import unpack_state
 
         ckpt = self.out_dir / CKPT_DIR
         ckpt.mkdir(exist_ok=True)
-        header, (ref,) = ray.get(self.actors.broadcast.get.remote(version))
-        data = ray.get(ref)
-        unpack_state(data, header)  # verify before it becomes the run's checkpoint
+        _, data = read_published(self.actors.broadcast, version)  # verified, waited for
         opt, old, rollout = self._pending_optimizer, None, None
         parts = unpack_parts(opt)
         if parts is not None:  # the trained weights came with the optimizer (see the trainer)

@@ -35,6 +35,9 @@ What a restart does:
 - **A trainer worker** fails: Ray Train restarts the workers from their last reported
   checkpoint (iteration and weights); rank 0 publishes that version again and they wait for
   the next ``train/<t>``, which stays posted until the controller takes it.
+- **The weights broadcast** restarts with no versions: the trainer's rank 0, while it waits,
+  publishes its newest version again (``Publisher.republish_if_lost``); the controller's
+  checkpoint waits for it (``read_published``), replicas wait as for any version.
 - **The driver** restarts (``--resume``): it clears the mailbox and the broadcast, and starts a
   new trainer from the run's own checkpoint, which publishes its version first.
 """
@@ -90,11 +93,14 @@ def post_stop(client, iteration: int) -> None:
 
 
 # -- The trainer's end (rank 0 posts; every rank reads) ------------------------------------
-def wait_batch(queue, iteration: int, timeout_s: float, last_post=None, meanwhile=None) -> Any:
+def wait_batch(
+    queue, iteration: int, timeout_s: float, last_post=None, meanwhile=None, keep=None
+) -> Any:
     """The value posted as ``iteration``'s batch. ``last_post = (incarnation, key, value)``: the
     trainer's last post, re-posted if the queue restarted since (:func:`repost_if_restarted`).
     ``meanwhile()``: work done between looks at the mailbox (it waits itself, so the mailbox
-    is then read without waiting); without it, the mailbox is long-polled."""
+    is then read without waiting); without it, the mailbox is long-polled. ``keep()``: called
+    between looks too (rank 0 publishes its weights again if the broadcast restarted)."""
     import ray
 
     key = train_batch_key(iteration)
@@ -106,17 +112,19 @@ def wait_batch(queue, iteration: int, timeout_s: float, last_post=None, meanwhil
             return value
         if meanwhile is not None:
             meanwhile()
+        if keep is not None:
+            keep()
         last_post = repost_if_restarted(queue, last_post)
         if time.monotonic() > deadline:
             raise TimeoutError(f"trainer: nothing posted under {key!r} within {timeout_s:.0f} s")
 
 
-def wait_end(queue, iterations: int, timeout_s: float, last_post) -> None:
+def wait_end(queue, iterations: int, timeout_s: float, last_post, keep=None) -> None:
     """After the last update (of ``iterations - 1``): wait for the driver's stop, which it
     posts once it has fetched that update's objects (the worker owns them). The wait running
     out is not an error: every update is posted, and a driver that is gone needs nothing."""
     with contextlib.suppress(TimeoutError):
-        wait_batch(queue, iterations, timeout_s, last_post)
+        wait_batch(queue, iterations, timeout_s, last_post, keep=keep)
 
 
 def post_update(queue, iteration: int, update: dict[str, Any]) -> tuple[str, str, Any]:

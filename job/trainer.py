@@ -94,7 +94,7 @@ def train_loop(config: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from spotlight.actors.handles import get_actors
-    from spotlight.actors.weight_broadcast import publish_weights
+    from spotlight.actors.weight_broadcast import Publisher
     from spotlight.config import Config
     from spotlight.flow.old_policy import OldPolicy, sampling_bytes, sampling_copy
     from spotlight.flow.sampler import Trajectory
@@ -122,11 +122,13 @@ def train_loop(config: dict[str, Any]) -> None:
     old = OldPolicy.for_config(cfg.grpo, policy)
     pipelined = cfg.schedule == "pipelined"
     start, version, sampled_with = _restore(config, policy, optimizer, old)
+    publisher = Publisher(actors.broadcast)  # rank 0's: it publishes the weights
     if rank == 0:
         if sampled_with is not None:  # a resumed pipeline: its next rollout's weights first
             blob = sampling_bytes(policy, sampled_with[1])
-            publish_weights(actors.broadcast, version - 1, start - 1, blob)
-        publish_weights(actors.broadcast, version, start, sampling_bytes(policy, old))
+            publisher.publish(version - 1, start - 1, blob)
+        publisher.publish(version, start, sampling_bytes(policy, old))
+    keep = publisher.republish_if_lost if rank == 0 else None  # a broadcast restart lost it
     sync = _allreduce_mean if world > 1 else None
     sampler = _trainer_sampler(config, policy, cfg, rank, old)
     last_post = None
@@ -135,7 +137,7 @@ def train_loop(config: dict[str, Any]) -> None:
         meanwhile = None
         if sampler is not None:  # sample rollout items while waiting for the batch
             meanwhile = partial(sampler.sample_waiting, actors.queue, version, sampled_with)
-        (batch_ref,) = protocol.wait_batch(actors.queue, it, timeout, last_post, meanwhile)
+        (batch_ref,) = protocol.wait_batch(actors.queue, it, timeout, last_post, meanwhile, keep)
         batch = ray.get(batch_ref)
         if batch.get("stop"):  # the run ended before num_iterations
             break
@@ -175,14 +177,14 @@ def train_loop(config: dict[str, Any]) -> None:
         if rank == 0:
             rollout = sampled_with[1] if sampled_with is not None else None
             last_post = _publish(
-                actors, policy, optimizer, it, version, metrics, world, old, rollout
+                actors, policy, optimizer, it, version, metrics, world, old, rollout, publisher
             )
         else:
             ray.train.report(metrics)
     else:  # every update posted: stay until the driver has fetched the last one's objects
         if start < cfg.num_iterations:  # (a resumed finished run posted none)
             timeout = config["batch_timeout_s"]
-            protocol.wait_end(actors.queue, cfg.num_iterations, timeout, last_post)
+            protocol.wait_end(actors.queue, cfg.num_iterations, timeout, last_post, keep)
 
 
 def _restore(config: dict[str, Any], policy, optimizer, old=None):
@@ -249,7 +251,7 @@ def _trainer_sampler(config: dict[str, Any], policy, cfg, rank: int, old=None):
 
 def _publish(
     actors, policy, optimizer, it: int, version: int, metrics: dict, world: int, old=None,
-    rollout=None,
+    rollout=None, publisher=None,
 ):  # fmt: skip
     """Rank 0 after the update of ``it``: publish weights ``version`` (the old policy's, with
     one), post the update for the controller (protocol), report a Ray Train checkpoint. Returns
@@ -262,7 +264,6 @@ def _publish(
     checkpoint needs them all."""
     import ray.train
 
-    from spotlight.actors.weight_broadcast import publish_weights
     from spotlight.flow.old_policy import pack_parts, sampling_bytes
     from spotlight.flow.weights import policy_bytes
     from spotlight.job import protocol
@@ -270,7 +271,7 @@ def _publish(
 
     weights = policy_bytes(policy)
     opt = optimizer_bytes(optimizer)
-    publish_weights(actors.broadcast, version, it + 1, sampling_bytes(policy, old))
+    publisher.publish(version, it + 1, sampling_bytes(policy, old))
     posted = opt
     extra = {}
     if old is not None:

@@ -169,3 +169,37 @@ def test_after_its_last_update_the_trainer_waits_for_the_stop_and_a_missing_one_
     assert queue.mailbox["update/2"] == {"weights_version": 3}  # re-posted after the restart
     queue.mailbox.clear()
     protocol.wait_end(queue, 3, timeout_s=0.0, last_post=None)  # nothing comes: it returns
+
+
+class FakeBroadcast:
+    """The WeightBroadcast actor's versions: what the publisher and readers use of it."""
+
+    def __init__(self):
+        self.versions: dict = {}
+        self.publish = _Call(lambda header, data: self.versions.update({header.version: data}))
+        self.header = _Call(lambda v: v in self.versions or None)
+        self.get = _Call(lambda v: (v, [self.versions[v]]) if v in self.versions else None)
+
+
+def test_the_trainer_publishes_its_weights_again_after_a_broadcast_restart(queue):
+    # items still queued on the version before the newest (exploration submitted during the
+    # update) need it too: both are published again, the oldest first
+    from spotlight.actors.weight_broadcast import Publisher
+
+    broadcast = FakeBroadcast()
+    publisher = Publisher(broadcast)
+    assert publisher.republish_if_lost() == []  # nothing published yet: nothing to do
+    for v in (1, 2, 3):
+        publisher.publish(v, v - 1, f"weights-v{v}".encode())
+    assert publisher.republish_if_lost() == []  # all still there
+    broadcast.versions.clear()  # restarted with no versions (max_restarts=-1)
+    looks = []
+
+    def keep():  # the wait calls it between looks; the batch comes after the first
+        looks.append(publisher.republish_if_lost())
+        queue._post("train/3", ["batch"])
+
+    assert protocol.wait_batch(queue, 3, 1.0, keep=keep) == ["batch"]
+    assert looks == [[2, 3]]
+    assert list(broadcast.versions) == [2, 3]
+    assert broadcast.versions[2] == b"weights-v2"
