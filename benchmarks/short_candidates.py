@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dead_groups import relative, sample_scores  # noqa: E402
+from dead_groups import relative, sample_scores
 
-from spotlight.explore.dead_groups import rescued_dead_share  # noqa: E402
-from spotlight.explore.seeds import spearman  # noqa: E402
-from spotlight.rewards.ocr import binarize  # noqa: E402
+from spotlight.explore.dead_groups import rescued_dead_share
+from spotlight.explore.seeds import spearman
+from spotlight.rewards.ocr import binarize
 
 MIN_SPEARMAN = 0.7
 """The screen's bar: mean per-prompt Spearman of the graded scores, k steps against full."""
@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     runs += [(f"k{k}", args.stale, k) for k in args.steps]
     runs += [("fresh", args.fresh, TASK_SAMPLER.num_steps)] if args.fresh else []
     doc = {
-        "command": shlex.join(["python", "benchmarks/short_candidates.py", *(argv or sys.argv[1:])]),
+        "command": shlex.join(
+            ["python", "benchmarks/short_candidates.py", *(argv or sys.argv[1:])]
+        ),
         "task": args.task,
         "stale": relative(args.stale),
         "fresh": relative(args.fresh) if args.fresh else None,
