@@ -7,8 +7,11 @@ here: NCCL needs real GPUs (the backend choice is unit-tested)."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -80,24 +83,32 @@ def _probe_trainer(opts, plan) -> list[dict]:
     scaling, torch_config = trainer_scaling(opts, plan)
     assert torch_config.backend == "nccl"  # what the job uses on CUDA; gloo to run here
 
-    def loop() -> None:
+    def loop(config: dict) -> None:
+        import json
+
         import torch.distributed as dist
 
-        ray.train.report({**_seen(), "backend": dist.get_backend()})
+        seen = {**_seen(), "backend": dist.get_backend()}
+        rank = ray.train.get_context().get_world_rank()
+        (Path(config["dir"]) / f"rank{rank}.json").write_text(json.dumps(seen))
 
     with tempfile.TemporaryDirectory() as d:
         result = TorchTrainer(
             loop,
+            train_loop_config={"dir": d},
             scaling_config=scaling,
             torch_config=TorchConfig(backend="gloo"),
             run_config=RunConfig(name=f"gpu-probe-{os.getpid()}", storage_path=d),
         ).fit()
-    assert result.error is None
-    return result.metrics  # rank 0's
+        assert result.error is None
+        return json.loads((Path(d) / "rank0.json").read_text())
 
 
 def _run_probes(num_gpus: int, opts):
     import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack ray_tests
 
     plan = plan_gpus(GpuMachine(num_gpus), GpuAsk(*_counts(opts), reward_gpus=opts.reward_gpus))
     _start_ray(num_gpus, opts)
