@@ -110,7 +110,8 @@ def _run_probes(num_gpus: int, opts):
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack ray_tests
 
-    plan = plan_gpus(GpuMachine(num_gpus), GpuAsk(*_counts(opts), reward_gpus=opts.reward_gpus))
+    reward_gpus = opts.reward_gpus or 0.0  # None: the brightness reward, on the CPU
+    plan = plan_gpus(GpuMachine(num_gpus), GpuAsk(*_counts(opts), reward_gpus=reward_gpus))
     _start_ray(num_gpus, opts)
     try:
         replicas, reward, holders = _probe_replicas_and_reward(opts, plan)
