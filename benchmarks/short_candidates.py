@@ -91,6 +91,10 @@ def screen(scores: dict[str, list[list[float]]], steps: list[int], group: int) -
     return rows
 
 
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="ocr-mini")
@@ -147,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     doc["screen"] = screen(scores, args.steps, args.group)
     doc["build_short_arm"] = any(r["passes"] for r in doc["screen"].values())
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    for key, r in doc["screen"].items():
+    for key, r in doc["screen"].items():  # None: no prompt varies, or no group is dead
         print(
-            f"[short] {key}: Spearman graded {r['spearman_graded_mean']:.3f}"
+            f"[short] {key}: Spearman graded {_fmt(r['spearman_graded_mean'], '.3f')}"
             f" ({r['spearman_graded_prompts']} prompts), exact {r['spearman_exact_mean']}"
-            f"; rescued {r['rescued_share']:.1%} of dead groups against"
-            f" {r['rescued_share_full_selection']:.1%} by full selection"
+            f"; rescued {_fmt(r['rescued_share'], '.1%')} of dead groups against"
+            f" {_fmt(r['rescued_share_full_selection'], '.1%')} by full selection"
             f" -> {'passes' if r['passes'] else 'does not pass'}"
         )
     print(f"[short] -> {path}")
