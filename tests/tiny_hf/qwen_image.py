@@ -16,32 +16,9 @@ from diffusers import (
     QwenImagePipeline,
     QwenImageTransformer2DModel,
 )
-from tokenizers import pre_tokenizers, trainers
-from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-
-def tokenizer(folder: Path, template: str) -> Qwen2Tokenizer:
-    """A byte-level BPE trained here on the chat template: vocab.json + merges.txt, no download.
-
-    Every word of the template becomes one token, so the template's system part is 34 tokens as
-    with the real tokenizer (the pipeline's ``prompt_template_encode_start_idx``).
-    """
-    backend = Qwen2Tokenizer().backend_tokenizer  # Qwen2's pre-tokenizer, an empty vocabulary
-    backend.add_special_tokens(list(SPECIALS))
-    trainer = trainers.BpeTrainer(
-        vocab_size=1000,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator([template.format("a red cat on a mat")], trainer)
-    folder.mkdir()
-    vocab, merges = backend.model.save(str(folder))
-    tok = Qwen2Tokenizer(vocab=vocab, merges=merges)
-    tok.add_special_tokens({"additional_special_tokens": list(SPECIALS[1:])})
-    return tok
+from spotlight.policies.qwen_random import SPECIALS, tokenizer  # noqa: F401
 
 
 def text_encoder(vocab_size: int, eos: int) -> Qwen2_5_VLForConditionalGeneration:
