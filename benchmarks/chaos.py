@@ -64,13 +64,19 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE")
     p.add_argument("--baseline", type=Path, default=None, help="a finished local run to reuse")
     p.add_argument("--baseline-only", action="store_true", help="run the baseline, no Ray")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder for <name>.json")
+    p.add_argument(
+        "--work", type=Path, default=None, help="the runs' folder (default: out/<name>-runs)"
+    )
+    p.add_argument(
+        "--note", default=None, help="what else ran on the machine (kept as timings_note)"
+    )
     p.add_argument("--name", default="chaos")
     return p.parse_args(argv)
 
 
 def config(args):
-    from spotlight.config import apply_overrides
+    from spotlight.overrides import apply_overrides
     from spotlight.recipes import get_recipe
 
     cfg = apply_overrides(get_recipe(args.recipe), list(args.sets))
@@ -108,8 +114,10 @@ def driver_command(args, run: Path, resume: bool) -> list[str]:
 
 
 def command_line(argv: list[str]) -> str:
-    """The bench's command, without ``--baseline DIR`` (where an equal run was reused)."""
-    keep = [a for i, a in enumerate(argv) if "--baseline" not in (a, argv[i - 1] if i else "")]
+    """The bench's command, without ``--baseline DIR`` (where an equal run was reused) or
+    ``--note``."""
+    drop = ("--baseline", "--note")
+    keep = [a for i, a in enumerate(argv) if not {a, argv[i - 1] if i else ""} & set(drop)]
     return "python benchmarks/chaos.py " + shlex.join(keep)
 
 
@@ -164,7 +172,7 @@ def main(argv=None) -> dict:
         args.seed, args.iterations, kinds, args.min_each, args.faults, max_each=MAX_EACH
     )
     print(f"[chaos] {len(schedule)} faults: {count_by_kind(schedule)}", flush=True)
-    work = args.out / f"{args.name}-runs"
+    work = args.work or args.out / f"{args.name}-runs"
     work.mkdir(parents=True, exist_ok=True)
     base = args.baseline or work / "fault-free"
     if args.baseline_only or not args.baseline:
@@ -191,7 +199,7 @@ def main(argv=None) -> dict:
         "iterations_redone": sum(r.get("iterations_redone", 0) for r in records),
         **judge(run, base, args.iterations),
         "wall_s": round(time.perf_counter() - t0, 1),
-        "timings_note": "measured beside other work on a shared 2-core machine",
+        **({"timings_note": args.note} if args.note else {}),
         "schedule": records,
     }
     out = args.out / f"{args.name}.json"

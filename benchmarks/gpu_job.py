@@ -48,7 +48,7 @@ STATUS_CALLS = 8
 
 
 def job_config(tiny: bool, iterations: int):
-    from spotlight.config import apply_overrides
+    from spotlight.overrides import apply_overrides
     from spotlight.recipes import NFT_OVERRIDES, get_recipe
 
     sets = [*NFT_OVERRIDES, *CUT, f"num_iterations={iterations}"]

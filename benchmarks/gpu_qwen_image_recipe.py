@@ -77,8 +77,8 @@ def _params(module: torch.nn.Module) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from spotlight.config import apply_overrides
     from spotlight.flow.sampler import sample
+    from spotlight.overrides import apply_overrides
     from spotlight.policies.qwen_image import QwenImagePolicy
     from spotlight.recipes import get_recipe
     from spotlight.rewards import build_reward

@@ -39,11 +39,12 @@ import numpy as np
 import torch
 
 from spotlight.bench import repo_relative
-from spotlight.config import GRPO_LOSSES, apply_overrides
+from spotlight.config import GRPO_LOSSES
 from spotlight.flow.grpo import grpo_loss
 from spotlight.flow.sampler import sample, step_log_prob
 from spotlight.flow.sde import step_params, time_grid
 from spotlight.flow.update import grpo_update
+from spotlight.overrides import apply_overrides
 from spotlight.policies import make_policy
 from spotlight.recipes import RECIPES, get_recipe
 from spotlight.rewards import build_reward

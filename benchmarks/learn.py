@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 
 from spotlight.bench import repo_relative
-from spotlight.config import Config, apply_overrides
+from spotlight.config import Config
+from spotlight.overrides import apply_overrides
 from spotlight.recipes import RECIPES, get_recipe
 
 

@@ -34,7 +34,8 @@ import sys
 from pathlib import Path
 
 from spotlight.bench import reusable_record, summarize_runs
-from spotlight.config import Config, apply_overrides
+from spotlight.config import Config
+from spotlight.overrides import apply_overrides
 from spotlight.recipes import RECIPES, get_recipe
 
 ARMS = {"on_policy": 0, "stale1": 1, "stale2": 2}

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from spotlight import progress
+from spotlight import interrupts, progress
 from spotlight.job.options import RayOptions, local_resources
 from spotlight.scheduling.capacity import NodeType, job_roles, node_types, shortfalls
 
@@ -65,9 +65,11 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         # Removed nodes make Ray print their raylets' last words: ray_logs routes them to the
         # run folder's ray.log.
         ray.init(address=cluster.address, namespace=NAMESPACE, runtime_env=env)
+        interrupts.rearm()  # ray.init replaced the SIGTERM handler
         return True, injector
     if address:
         ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
+        interrupts.rearm()
         return False, None
     ray.init(
         address="local",  # a new local Ray, never a cluster some other process left running
@@ -80,6 +82,7 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         dashboard_host="127.0.0.1",  # this machine only (another port if 8265 is taken)
         runtime_env=env,
     )
+    interrupts.rearm()
     return True, None
 
 
@@ -122,7 +125,11 @@ def autoscaler_config() -> tuple[dict | None, str]:
     path = Path(name).expanduser()
     if not path.is_file():
         return None, name
-    return yaml.safe_load(path.read_text()), name
+    try:
+        return yaml.safe_load(path.read_text()), name
+    except (yaml.YAMLError, ValueError) as e:
+        detail = " ".join(str(e).split())  # one line
+        raise ValueError(f"{name}: not a YAML cluster config ({detail})") from None
 
 
 def live_node_types() -> list[NodeType]:
@@ -154,7 +161,7 @@ def check_capacity(
     from spotlight.scheduling import resources
 
     config, path = autoscaler_config() if joined else (None, "")
-    types = node_types(config) if config is not None else live_node_types()
+    types = node_types(config, path) if config is not None else live_node_types()
     source = f"the node types of {path}" if config is not None else "its live nodes"
     markets = (resources.RESOURCE_SPOT, resources.RESOURCE_ON_DEMAND)
     if not any(t.resources.get(m, 0) > 0 for t in types for m in markets):

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from spotlight import progress
+from spotlight import interrupts, progress
 from spotlight.config import Config
 from spotlight.job.cluster import (
     check_capacity,
@@ -94,6 +94,7 @@ def _run_ray(
     from spotlight.tracking import Tracker
 
     ctl = Controller(cfg, out_dir, opts, log, injector, gpus)
+    interrupted = False
     try:
         check_capacity(
             opts,
@@ -108,8 +109,13 @@ def _run_ray(
         if tracker.url:
             progress.line(log, f"[spotlight] W&B run: {tracker.url}")
         return drive(cfg, out_dir, ctl, start, version, log, tracker, before_first=ctl.watch.tick)
+    except interrupts.Interrupted:
+        # Ctrl-C on a Ray started here: its shutdown ends the app and the actors; killing
+        # them one by one first only makes their callers log the kills
+        interrupted = started_here
+        raise
     finally:
-        if not opts.keep_cluster_state:
+        if not opts.keep_cluster_state and not interrupted:
             cleanup()
         if started_here:
             ray.shutdown()

@@ -343,8 +343,46 @@ def checkpoint_metadata(path: str | Path) -> dict[str, str]:
 
 
 def checkpoint_config(path: str | Path) -> TinyConfig:
-    """The architecture of a tiny-policy checkpoint (see :func:`checkpoint_metadata`)."""
-    return TinyConfig(**json.loads(checkpoint_metadata(path)["config"]))
+    """The architecture of a tiny-policy checkpoint (see :func:`checkpoint_metadata`).
+
+    Raises:
+        ValueError: also when its ``config`` metadata is not a tiny architecture (not JSON,
+            other fields, values that are not positive integers or do not fit together).
+    """
+    try:
+        fields = json.loads(checkpoint_metadata(path)["config"])
+        if not isinstance(fields, dict) or not all(
+            type(v) is int and v > 0 for v in fields.values()
+        ):
+            raise ValueError(f"fields must be positive integers: {fields}")
+        return TinyConfig(**fields)
+    except (TypeError, ValueError) as e:
+        if str(e).startswith(str(path)):  # checkpoint_metadata's own message
+            raise
+        raise ValueError(f"{path}: its architecture metadata is not a tiny config ({e})") from None
+
+
+def check_checkpoint_tensors(path: str | Path) -> None:
+    """Refuse a tiny-policy checkpoint whose tensors are not those of its architecture (other
+    names or shapes: a hand-edited or mixed-up file), from the header only; the model is built
+    on the meta device (no memory).
+
+    Raises:
+        ValueError: naming the first tensor that differs.
+    """
+    config = checkpoint_config(path)
+    meta = checkpoint_metadata(path)
+    lora = TinyLoRA(**json.loads(meta[LORA_KEY])) if LORA_KEY in meta else None
+    with torch.device("meta"):
+        want = {k: tuple(v.shape) for k, v in TinyPolicy(config, lora=lora).state_dict().items()}
+    with safe_open(str(path), framework="pt") as f:
+        have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    for name in sorted(set(want) | set(have)):
+        if want.get(name) != have.get(name):
+            raise ValueError(
+                f"{path}: tensor {name} is {have.get(name, 'missing')}, its architecture"
+                f" needs {want.get(name, 'none')}"
+            )
 
 
 def lora_parameters(module: nn.Module) -> list[nn.Parameter]:

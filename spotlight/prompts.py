@@ -25,19 +25,25 @@ def read_prompt_file(path: str) -> tuple[list[str], list[str]]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not two non-empty lists of strings, or a prompt in both.
+        ValueError: not JSON, not two non-empty lists of non-blank strings, or a prompt in
+            both.
     """
     if not Path(path).is_file():
         raise FileNotFoundError(f"prompt_file {path}: no such file")
-    doc = json.loads(Path(path).read_text())
+    try:
+        doc = json.loads(Path(path).read_text())
+    except ValueError as e:  # not JSON, or not text
+        raise ValueError(f"prompt_file {path}: not a JSON file ({e})") from None
     splits = [doc.get(k) if isinstance(doc, dict) else None for k in ("train", "val")]
     for name, prompts in zip(("train", "val"), splits, strict=True):
         if (
             not prompts
             or not isinstance(prompts, list)
-            or not all(isinstance(x, str) for x in prompts)
+            or not all(isinstance(x, str) and x.strip() for x in prompts)
         ):
-            raise ValueError(f"prompt_file {path}: {name!r} must be a non-empty list of prompts")
+            raise ValueError(
+                f"prompt_file {path}: {name!r} must be a non-empty list of non-blank prompts"
+            )
     both = sorted(set(splits[0]) & set(splits[1]))
     if both:
         raise ValueError(f"prompt_file {path}: {len(both)} prompt(s) in train and val: {both[0]!r}")

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 
+from spotlight import interrupts
 from spotlight.cli import bench, models, simulate, train
 from spotlight.cli.train import ray_options_from_args
 
@@ -27,11 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # an interrupted command prints the command that continues it
     if getattr(args, "resume", None) and getattr(args, "out", None):
         parser.error("--resume DIR continues DIR; do not also pass --out")
     try:
-        return args.func(args)
+        with interrupts.handled():
+            return args.func(args)
+    except interrupts.Interrupted as e:  # Ctrl-C, SIGTERM: what was kept, how to go on
+        print(e.line or f"spotlight: interrupted ({e.name})", file=sys.stderr, flush=True)
+        return e.exit_code
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
         print(f"spotlight: error: {e}", file=sys.stderr)  # e.g. an --out that is a file
         return 2

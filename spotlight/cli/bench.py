@@ -5,15 +5,39 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from spotlight.config import Config, apply_overrides
+from spotlight import interrupts
+from spotlight.config import Config
+from spotlight.overrides import apply_overrides
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
 
 
 def _bench(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except interrupts.Interrupted as e:
+        e.line = interrupted_line(e.name, args)
+        raise
+
+
+def interrupted_line(signal_name: str, args: argparse.Namespace) -> str:
+    """The one line an interrupted ``spotlight bench`` prints: what it keeps and its rerun."""
+    again = shlex.join(["spotlight", *(getattr(args, "argv", None) or ["bench"])])
+    if args.what == "regroup":
+        return f"spotlight: interrupted ({signal_name}); nothing kept; rerun: {again}"
+    runs = Path(args.out) / "runs"
+    done = sorted(p.parent.name for p in runs.glob("*/summary.json"))
+    return (
+        f"spotlight: interrupted ({signal_name}); {len(done)} finished run(s) kept in {runs}"
+        f" (an unfinished one resumes from its checkpoint); rerun to go on: {again}"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.what == "regroup":
         from spotlight.sp.bench_regroup import run
 

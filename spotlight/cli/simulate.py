@@ -6,13 +6,27 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
+from spotlight import interrupts
 from spotlight.cli.common import add_price_flags
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except interrupts.Interrupted as e:
+        again = shlex.join(["spotlight", *(getattr(args, "argv", None) or ["simulate"])])
+        e.line = (
+            f"spotlight: interrupted ({e.name}); {args.out} is written only at the end, so"
+            f" nothing new is there; rerun: {again}"
+        )
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from spotlight.scheduling.costs import PriceTable
     from spotlight.sim.sim_report import simulate
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 
+from spotlight import interrupts
 from spotlight.cli.common import add_price_flags
-from spotlight.config import Config, apply_overrides
+from spotlight.config import Config
+from spotlight.overrides import apply_overrides
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
 from spotlight.scheduling.costs import PriceTable
 
@@ -36,6 +39,15 @@ def _train(args: argparse.Namespace) -> int:
     else:
         out = Path(args.out or f"runs/{cfg.recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
         resume = False
+    try:
+        return _run(args, cfg, out, resume)
+    except interrupts.Interrupted as e:
+        e.line = interrupted_line(e.name, out, getattr(args, "argv", None) or [])
+        raise
+
+
+def _run(args: argparse.Namespace, cfg: Config, out: Path, resume: bool) -> int:
+    """Run ``cfg`` into ``out`` on the runner the flags ask for."""
     if args.runner == "local":
         if args.spot_trace is not None:
             raise ValueError("--spot-trace replays preemptions on Ray: use --runner ray")
@@ -55,6 +67,50 @@ def _train(args: argparse.Namespace) -> int:
 
     run_ray(cfg, out, resume=resume, opts=opts, log=sys.stdout)
     return 0
+
+
+CONFIG_FLAGS = ("--set", "--out", "--recipe", "--iterations", "--checkpoint", "--reward-model")
+"""Flags whose values a run folder's ``config.json`` keeps: a ``--resume`` leaves them out."""
+
+
+def resume_argv(argv: list[str], out: Path) -> list[str]:
+    """``spotlight train``'s arguments that continue the run of ``argv`` in ``out``: its
+    ``--resume`` and the flags of where it runs, without those ``config.json`` keeps."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        flag = word.split("=", 1)[0]
+        if flag in (*CONFIG_FLAGS, "--resume"):
+            skip = "=" not in word
+            continue
+        kept.append(word)
+    if kept[:1] == ["train"]:
+        kept = kept[1:]
+    return ["train", "--resume", str(out), *kept]
+
+
+def interrupted_line(signal_name: str, out: Path, argv: list[str]) -> str:
+    """The one line an interrupted ``spotlight train`` prints: the checkpoint it keeps and the
+    command that continues it (or, before the first checkpoint, the command that starts it
+    again)."""
+    from spotlight.training.run_folder import CKPT_DIR
+
+    state = out / CKPT_DIR / "state.json"
+    try:
+        done = json.loads(state.read_text())["iterations_done"]
+    except (OSError, ValueError, KeyError):
+        named = any(w.split("=", 1)[0] in ("--out", "--resume") for w in argv)
+        again = argv if named else [*argv, "--out", str(out)]
+        return (
+            f"spotlight: interrupted ({signal_name}) before the first iteration's checkpoint;"
+            f" nothing to resume in {out}; start again: spotlight {shlex.join(again)}"
+        )
+    return (
+        f"spotlight: interrupted ({signal_name}); kept {out / CKPT_DIR} after iteration {done};"
+        f" resume: spotlight {shlex.join(resume_argv(argv, out))}"
+    )
 
 
 def ray_options_from_args(args: argparse.Namespace, recipe: str | None = None):

@@ -44,22 +44,50 @@ class Role:
     """The command line's words that set ``count`` (named in the message)."""
 
 
-def node_types(cluster_config: Mapping) -> list[NodeType]:
+def node_types(cluster_config: Mapping, source: str = "the cluster config") -> list[NodeType]:
     """The node types of a Ray cluster launcher config (``cluster.yaml`` as a dict, or the
     bootstrap config the head runs with): the head type once, every other type up to its
-    ``max_workers`` (bounded by the cluster's ``max_workers``)."""
+    ``max_workers`` (bounded by the cluster's ``max_workers``).
+
+    Raises:
+        ValueError: naming ``source`` and what in it is malformed (a section that is not a
+            mapping, a count that is not a whole number >= 0, a resource that is not a finite
+            number >= 0).
+    """
+    if not isinstance(cluster_config, Mapping):
+        raise ValueError(f"{source}: not a mapping of settings")
     types = cluster_config.get("available_node_types") or {}
+    if not isinstance(types, Mapping):
+        raise ValueError(f"{source}: available_node_types is not a mapping of node types")
     head = cluster_config.get("head_node_type")
     cap = cluster_config.get("max_workers")
+    if cap is not None:
+        cap = _count(cap, f"{source}: max_workers")
     out = []
     for name, spec in types.items():
-        most = int(spec.get("max_workers", 0))
+        where = f"{source}: node type {name!r}"
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"{where} is not a mapping")
+        most = _count(spec.get("max_workers", 0), f"{where}: max_workers")
         if cap is not None:
-            most = min(most, int(cap))
+            most = min(most, cap)
         if name == head:
             most += 1
-        out.append(NodeType(name, dict(spec.get("resources") or {}), most))
+        res = spec.get("resources") or {}
+        if not isinstance(res, Mapping) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
+            for v in res.values()
+        ):
+            raise ValueError(f"{where}: resources must map names to numbers >= 0, got {res!r}")
+        out.append(NodeType(str(name), dict(res), most))
     return out
+
+
+def _count(value, what: str) -> int:
+    """``value`` as a count (a whole number >= 0), else a ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a whole number >= 0, got {value!r}")
+    return value
 
 
 def job_roles(

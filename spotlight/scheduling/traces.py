@@ -19,6 +19,7 @@ drain with a deadline), or, for a chosen share of them, without one (a hard kill
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import random
@@ -136,10 +137,11 @@ def load_trace(path: str | Path) -> CapacityTrace:
             known = ", ".join(sorted(q.name for q in TRACES_DIR.glob("*/*.*") if q.suffix != ""))
             raise FileNotFoundError(f"no trace {path!s}; shipped traces: {known}")
         p = shipped[0]
-    if p.suffix == ".json":
-        return _load_skypilot(p)
-    if p.suffix == ".csv":
-        return _load_oobleck(p)
+    if p.suffix in (".json", ".csv"):
+        trace = _load_skypilot(p) if p.suffix == ".json" else _load_oobleck(p)
+        if trace.max_count == 0:
+            raise ValueError(f"{p}: the trace never has a node (empty, or no capacity at all)")
+        return trace
     raise ValueError(
         f"{p}: unknown trace format (expected .json from SkyPilot or .csv from Oobleck)"
     )
@@ -150,40 +152,49 @@ def _load_skypilot(p: Path) -> CapacityTrace:
         doc = json.loads(p.read_text())
         gap = float(doc["metadata"]["gap_seconds"])
         data = [int(n) for n in doc["data"]]
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError) as e:
         raise ValueError(
             f"{p}: not a SkyPilot trace ({{'metadata': {{'gap_seconds'}}, 'data': [...]}}): {e}"
         ) from e
-    if not data or gap <= 0:
-        raise ValueError(f"{p}: empty trace or gap_seconds <= 0")
+    if not data or not 0 < gap < math.inf:
+        raise ValueError(f"{p}: empty trace or gap_seconds not > 0 (got {gap})")
+    if min(data) < 0:
+        raise ValueError(f"{p}: negative node count {min(data)}")
     return _merged(p.stem, [i * gap for i in range(len(data))], data, len(data) * gap)
 
 
 def _load_oobleck(p: Path) -> CapacityTrace:
     present: set[str] = set()
     times, counts = [0.0], [0]
-    with p.open(newline="") as f:
-        for lineno, row in enumerate(csv.reader(f), 1):
-            if not row:
-                continue
-            try:
-                t_ms, op, node = int(row[0]), row[1].strip(), row[2].strip()
-            except (ValueError, IndexError) as e:
-                raise ValueError(f"{p}:{lineno}: expected time_ms,add|remove,node: {row}") from e
-            if op == "add":
-                present.add(node)
-            elif op == "remove":
-                present.discard(node)
-            else:
-                raise ValueError(f"{p}:{lineno}: unknown event {op!r} (add or remove)")
-            t = t_ms / 1000.0
-            if t < times[-1]:
-                raise ValueError(f"{p}:{lineno}: time goes backwards")
-            if t == times[-1]:
-                counts[-1] = len(present)
-            else:
-                times.append(t)
-                counts.append(len(present))
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not a text CSV ({e.reason} at byte {e.start})") from None
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise ValueError(f"{p}: not a CSV ({e})") from None
+    for lineno, row in enumerate(rows, 1):
+        if not row:
+            continue
+        try:
+            t_ms, op, node = int(row[0]), row[1].strip(), row[2].strip()
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"{p}:{lineno}: expected time_ms,add|remove,node: {row}") from e
+        if op == "add":
+            present.add(node)
+        elif op == "remove":
+            present.discard(node)
+        else:
+            raise ValueError(f"{p}:{lineno}: unknown event {op!r} (add or remove)")
+        t = t_ms / 1000.0
+        if t < times[-1]:
+            raise ValueError(f"{p}:{lineno}: time goes backwards")
+        if t == times[-1]:
+            counts[-1] = len(present)
+        else:
+            times.append(t)
+            counts.append(len(present))
     return _merged(p.stem, times, counts, times[-1])
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from spotlight import progress
+from spotlight import interrupts, progress
 from spotlight.config import Config
 from spotlight.training.loop import stop_reason, validate_now
 from spotlight.training.run_folder import (
@@ -139,8 +139,9 @@ def drive(
         reason = stop_reason(cfg, m, initial_val)
         if reason is not None:
             m["stopped"] = reason
-        append_row(metrics_path, m)
-        backend.save_checkpoint(it + 1, version)
+        with interrupts.held():  # a Ctrl-C waits for the commit: the checkpoint stays whole
+            append_row(metrics_path, m)
+            backend.save_checkpoint(it + 1, version)
         if tracker is not None:
             tracker.log({k: v for k, v in m.items() if k != "stopped"})
             if "val_reward" in m:

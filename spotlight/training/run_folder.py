@@ -54,9 +54,9 @@ def preflight_run(cfg: Config, out_dir: Path, resume: bool) -> None:
 
         read_prompt_file(cfg.prompt_file)
     if cfg.policy.name == "tiny" and cfg.policy.checkpoint:
-        from spotlight.policies.tiny import checkpoint_metadata
+        from spotlight.policies.tiny import check_checkpoint_tensors
 
-        checkpoint_metadata(cfg.policy.checkpoint)
+        check_checkpoint_tensors(cfg.policy.checkpoint)  # a tiny-policy file, whole
         if cfg.task is not None:
             check_checkpoint_task(cfg.policy.checkpoint, cfg.task)
 
@@ -185,7 +185,16 @@ def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
             f"--resume {out_dir}: no {CKPT_DIR}/state.json there (not a run folder,"
             " or it stopped before its first iteration finished)"
         )
-    state = json.loads((ckpt / "state.json").read_text())
+    try:
+        state = json.loads((ckpt / "state.json").read_text())
+        keys = ("iterations_done", "weights_version", "recipe", "policy_sha256")
+        missing = [k for k in keys if k not in state] if isinstance(state, dict) else keys
+    except ValueError as e:  # not JSON, or not text
+        raise ValueError(f"--resume {out_dir}: {CKPT_DIR}/state.json is not JSON ({e})") from None
+    if missing:
+        raise ValueError(f"--resume {out_dir}: {CKPT_DIR}/state.json lacks {', '.join(missing)}")
+    if not (ckpt / "policy.safetensors").is_file():
+        raise ValueError(f"--resume {out_dir}: {CKPT_DIR}/policy.safetensors is missing")
     if state["recipe"] != recipe:
         raise ValueError(
             f"--resume {out_dir}: that run used recipe {state['recipe']!r}, not {recipe!r}"

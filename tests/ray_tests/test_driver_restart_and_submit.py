@@ -50,7 +50,7 @@ other samples its own 4 seeds), DiffusionNFT (its v_old the weights that sampled
 
 def _reference(iterations: int, overrides: list[str] = ()) -> tuple[dict, list[dict], dict]:
     """The reference loop's final weights, rows and planner."""
-    from spotlight.config import apply_overrides
+    from spotlight.overrides import apply_overrides
 
     cfg = apply_overrides(smoke(iterations), list(overrides))
     torch.set_num_threads(1)

@@ -104,7 +104,7 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
 
 
 def test_set_overrides_recipe_fields_and_refuses_bad_ones(tmp_path, capsys):
-    from spotlight.config import apply_overrides
+    from spotlight.overrides import apply_overrides
 
     out = tmp_path / "s"
     args = ["train", "--recipe", "tiny-smoke", "--runner", "local", "--out", str(out)]

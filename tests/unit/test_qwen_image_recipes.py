@@ -68,7 +68,7 @@ def test_a_reward_model_folder_needs_a_reward_that_loads_one():
 
 
 def test_the_nft_option_is_a_valid_override():
-    from spotlight.config import apply_overrides
+    from spotlight.overrides import apply_overrides
 
     cfg = apply_overrides(get_recipe("qwen-image-ocr-512"), list(NFT_OVERRIDES))
     cfg.validate()

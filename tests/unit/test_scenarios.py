@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spotlight.config import apply_overrides
+from spotlight.overrides import apply_overrides
 from spotlight.recipes import RAY_HINTS, get_recipe
 from spotlight.sim.scenarios import (
     CLUSTER_YAML,

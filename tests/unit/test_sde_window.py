@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from spotlight.config import Config, GRPOConfig, apply_overrides
+from spotlight.config import Config, GRPOConfig
 from spotlight.flow.sampler import Trajectory, advance, guided_velocity, sample, start_trajectory
 from spotlight.flow.sde import ode_step, time_grid
 from spotlight.flow.update import grpo_update, train_step_indices
+from spotlight.overrides import apply_overrides
 from spotlight.training.loop import iteration_batch, prompt_sets
 
 from .test_sampler import CFG, same

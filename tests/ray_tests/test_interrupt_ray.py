@@ -1,0 +1,51 @@
+"""Ctrl-C on a run of the Ray job that started its own local Ray: it stops in seconds, keeps
+its last checkpoint, prints one line with the ``--resume`` command and no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spotlight.training.run_folder import read_checkpoint_state
+
+pytestmark = pytest.mark.slow
+
+STOP_WITHIN_S = 10.0
+
+
+def test_ctrl_c_on_a_ray_run_exits_130_with_the_resume_line(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--recipe", "tiny-smoke", "--iterations", "6", "--out", str(run)]
+    args += ["--runner", "ray", "--samplers", "1", "--no-wandb"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotlight.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "SPOTLIGHT_PROGRESS": "plain"},
+        start_new_session=True,  # the terminal's Ctrl-C reaches the whole process group
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("[iter"):
+            break
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    lines.append(proc.stdout.read())
+    code, took = proc.wait(), time.monotonic() - sent
+    out = "".join(lines)
+    assert code == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert took < STOP_WITHIN_S, (took, out[-3000:])
+    done = read_checkpoint_state(run, "tiny-smoke")["iterations_done"]
+    assert 1 <= done < 6
+    assert out.strip().splitlines()[-1] == (
+        f"spotlight: interrupted (SIGINT); kept {run}/checkpoint after iteration {done};"
+        f" resume: spotlight train --resume {run} --runner ray --samplers 1 --no-wandb"
+    )
