@@ -125,8 +125,10 @@ class QueueClient:
 
     # -- Items ---------------------------------------------------------------------------
     def submit(self, items: list) -> None:
-        """Queue items whose results are collected later (exploration): not re-submitted."""
+        """Queue items whose results :meth:`collect` takes later (exploration). Until then a
+        queue restart re-submits them: a fixed budget waits for every one of them."""
         if items:
+            self._outstanding.update({it.item_id: it for it in items})
             self.call("submit", items)
 
     def run_items(self, items: list, label: str) -> dict[str, Any]:
@@ -181,5 +183,7 @@ class QueueClient:
         """The results of ``ids`` that finished; the rest are withdrawn. Billed."""
         results = self.call("results", ids)
         self.call("drop", ids)
+        for i in ids:
+            self._outstanding.pop(i, None)
         self.watch.bill(results.values())
         return results

@@ -120,6 +120,25 @@ def test_the_driver_re_posts_its_batch_and_items_after_a_queue_restart(queue):
     assert client.restarts == 1
 
 
+def test_exploration_items_are_re_submitted_after_a_queue_restart_until_collected(queue):
+    """A fixed exploration budget waits for every explored item: one the restarted queue
+    never got would be waited for in vain (found by the chaos bench: a run hung there)."""
+    client = _client(queue)
+    queue.results = _Call(lambda ids: {})
+    queue.drop = _Call(lambda ids: None)
+    items = [SimpleNamespace(item_id=f"x{k}") for k in range(2)]
+    client.submit(items)
+    queue.submitted.clear()
+    queue.restart()
+    client.call("stats")
+    assert [it.item_id for it in queue.submitted] == ["x0", "x1"]
+    client.collect(["x0", "x1"])  # taken (or withdrawn): a later restart leaves them out
+    queue.submitted.clear()
+    queue.restart()
+    client.call("stats")
+    assert queue.submitted == []
+
+
 def test_the_trainer_works_between_looks_at_its_mailbox(queue):
     # with work to do meanwhile (sampling rollout items), the mailbox is read without waiting
     # and the work runs until the batch is there; a restart meanwhile re-posts the update
