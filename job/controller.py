@@ -273,7 +273,7 @@ class Controller:
         update = protocol.await_update(self.queue, it)
         self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
         self.explore.trained(update["train_s"])
-        self._pending_optimizer = ray.get(update["optimizer"][0])
+        self._pending_optimizer = update["optimizer"]
         if it == self.cfg.num_iterations - 1:  # fetched: the trainer's workers may exit now
             protocol.post_stop(self.queue, it + 1)
         self.pipeline.update_ended()  # the next rollout's optional candidates end here

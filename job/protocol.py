@@ -15,7 +15,7 @@ ends are in this module. One iteration ``t``, on weights version ``v``::
     post train/t = [ref(batch)]          ------>   update on the batch
     explore the next prompts on v                  publish weights v + 1
     wait for update/t                    <------   post update/t = {stats, [ref(optimizer)]}
-    take train/t and update/t                      report a Ray Train checkpoint
+    take update/t (and train/t - 1)                report a Ray Train checkpoint
     checkpoint the run (weights v + 1, optimizer, counters), then iteration t + 1
 
     stop before num_iterations (at n):
@@ -34,7 +34,10 @@ What a restart does:
   repost_if_restarted`). Neither waits for a message the other already sent.
 - **A trainer worker** fails: Ray Train restarts the workers from their last reported
   checkpoint (iteration and weights); rank 0 publishes that version again and they wait for
-  the next ``train/<t>``, which stays posted until the controller takes it.
+  the next ``train/<t>``, which stays posted until the controller has taken ``update/t + 1``:
+  a worker that failed between posting ``update/t`` and reporting its checkpoint trains
+  ``train/t`` again (the same bits) and posts ``update/t`` anew, which the controller takes
+  with the next update, or waits for when the first one's objects died with the worker.
 - **The weights broadcast** restarts with no versions: the trainer's rank 0, while it waits,
   publishes its newest version again (``Publisher.republish_if_lost``); the controller's
   checkpoint waits for it (``read_published``), replicas wait as for any version.
@@ -74,15 +77,29 @@ def post_batch(client, iteration: int, batch: dict[str, Any]) -> None:
 
 
 def await_update(client, iteration: int) -> dict[str, Any]:
-    """The trainer's update of ``iteration`` (its weights are published by then); the
-    exchange's two messages leave the mailbox."""
-    update = client.wait_post(
-        update_key(iteration),
-        f"update of iteration {iteration}",
-        f"iteration {iteration + 1}: the trainer's update",
-    )
-    client.answered(train_batch_key(iteration), update_key(iteration))
-    return update
+    """The trainer's update of ``iteration`` (its weights are published by then), its
+    ``optimizer`` fetched (bytes). The update leaves the mailbox; the batch stays until the
+    next update is taken (with the previous iteration's messages): a trainer worker that fails
+    after posting the update but before its Ray Train checkpoint is written restarts from the
+    checkpoint before and trains this batch again, bit for bit the same. An update whose
+    objects died with their worker is waited for again: that restarted worker posts it anew."""
+    import ray
+
+    while True:
+        update = client.wait_post(
+            update_key(iteration),
+            f"update of iteration {iteration}",
+            f"iteration {iteration + 1}: the trainer's update",
+        )
+        try:
+            optimizer = ray.get(update["optimizer"][0])
+        except (ray.exceptions.OwnerDiedError, ray.exceptions.ObjectLostError):
+            client.call("take", update_key(iteration))
+            continue
+        client.answered(
+            update_key(iteration), train_batch_key(iteration - 1), update_key(iteration - 1)
+        )
+        return {**update, "optimizer": optimizer}
 
 
 def post_stop(client, iteration: int) -> None:

@@ -5,31 +5,22 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from unit.test_interrupts import STOP_WITHIN_S, spotlight_process
 
 from spotlight.training.run_folder import read_checkpoint_state
 
 pytestmark = pytest.mark.slow
-
-STOP_WITHIN_S = 10.0
 
 
 def test_ctrl_c_on_a_ray_run_exits_130_with_the_resume_line(tmp_path):
     run = tmp_path / "run"
     args = ["train", "--recipe", "tiny-smoke", "--iterations", "6", "--out", str(run)]
     args += ["--runner", "ray", "--samplers", "1", "--no-wandb"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotlight.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "SPOTLIGHT_PROGRESS": "plain"},
-        start_new_session=True,  # the terminal's Ctrl-C reaches the whole process group
-    )
+    # start_new_session: a terminal's Ctrl-C reaches the whole process group
+    proc = spotlight_process(args, start_new_session=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)

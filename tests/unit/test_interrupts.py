@@ -19,6 +19,19 @@ STOP_WITHIN_S = 10.0
 """How soon an interrupted command must have exited."""
 
 
+def spotlight_process(args: list[str], **popen) -> subprocess.Popen:
+    """``spotlight ARGS`` as a process of its own, its output (stdout and stderr) a pipe of
+    plain lines."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "spotlight.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "SPOTLIGHT_PROGRESS": "plain"},
+        **popen,
+    )
+
+
 def test_a_signal_raises_at_once_unless_held():
     with interrupts.handled():
         with pytest.raises(interrupts.Interrupted) as e:
@@ -68,13 +81,7 @@ def test_the_interrupted_line_names_the_checkpoint_or_how_to_start_again(tmp_pat
 def _interrupt_after_first_iteration(args: list[str], sig: int) -> tuple[int, str, float]:
     """Run ``spotlight`` with ``args``; send ``sig`` once an iteration is done. Returns the
     exit code, the whole output and the seconds from the signal to the exit."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotlight.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "SPOTLIGHT_PROGRESS": "plain"},
-    )
+    proc = spotlight_process(args)
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -134,13 +141,7 @@ def test_an_interrupted_bench_counts_the_runs_it_keeps_and_prints_its_rerun(tmp_
 
 def test_ctrl_c_on_simulate_exits_130_with_its_rerun_line(tmp_path):
     args = ["simulate", "--scenario", "small", "--out", str(tmp_path / "sim"), "--workers", "1"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotlight.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "SPOTLIGHT_PROGRESS": "plain"},
-    )
+    proc = spotlight_process(args)
     first = proc.stdout.readline()  # the simulation has started
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)

@@ -75,16 +75,71 @@ def _client(queue) -> QueueClient:
     return client
 
 
+def _update(version: int) -> dict:
+    return {"weights_version": version, "optimizer": [f"opt-v{version}"]}
+
+
 def test_one_iteration_of_the_hand_off(queue):
     client = _client(queue)
     protocol.post_batch(client, 0, {"seed": 7})
     (batch,) = protocol.wait_batch(queue, 0, timeout_s=1.0)
     assert batch == ("ref", {"seed": 7})
-    last = protocol.post_update(queue, 0, {"weights_version": 1})
-    assert last == ("incarnation-0", "update/0", {"weights_version": 1})
-    assert protocol.await_update(client, 0) == {"weights_version": 1}
-    assert queue.mailbox == {}  # both messages taken: nothing left to re-post
-    assert client._posted is None
+    last = protocol.post_update(queue, 0, _update(1))
+    assert last == ("incarnation-0", "update/0", _update(1))
+    assert protocol.await_update(client, 0) == {"weights_version": 1, "optimizer": "opt-v1"}
+    assert list(queue.mailbox) == ["train/0"]  # the batch stays until the next update
+    assert client._posted is None  # answered: not re-posted after a queue restart
+    protocol.post_batch(client, 1, {"seed": 8})
+    protocol.post_update(queue, 1, _update(2))
+    protocol.await_update(client, 1)
+    assert list(queue.mailbox) == ["train/1"]
+
+
+def test_a_trainer_failing_between_its_post_and_its_checkpoint_trains_the_batch_again(
+    queue, monkeypatch
+):
+    """Its update was taken, its Ray Train checkpoint never written: restarted from the one
+    before, it finds the batch it trained still posted (a chaos run hung here: the restarted
+    worker waited for a batch the controller had taken, the controller for the next update)."""
+    client = _client(queue)
+    protocol.post_batch(client, 3, {"seed": 3})
+    protocol.wait_batch(queue, 3, timeout_s=1.0)
+    protocol.post_update(queue, 3, _update(4))
+    assert protocol.await_update(client, 3)["weights_version"] == 4
+    protocol.post_batch(client, 4, {"seed": 4})
+    # the worker dies; its restart (checkpoint: 3 iterations done) waits for train/3
+    (batch,) = protocol.wait_batch(queue, 3, timeout_s=1.0)
+    assert batch == ("ref", {"seed": 3})
+    protocol.post_update(queue, 3, _update(4))  # the same update, posted again
+    (batch,) = protocol.wait_batch(queue, 4, timeout_s=1.0)
+    assert batch == ("ref", {"seed": 4})
+    protocol.post_update(queue, 4, _update(5))
+    assert protocol.await_update(client, 4)["weights_version"] == 5
+    assert list(queue.mailbox) == ["train/4"]  # the repeated update/3 went with it
+
+
+def test_an_update_whose_objects_died_with_the_worker_is_waited_for_again(queue, monkeypatch):
+    import ray
+
+    client = _client(queue)
+    dead = {"weights_version": 2, "optimizer": ["dead-ref"]}
+
+    def get(x):
+        if x == "dead-ref":
+            raise ray.exceptions.OwnerDiedError("dead-ref", "", "")
+        return x
+
+    monkeypatch.setattr(ray, "get", get)
+    posts = iter([dead, _update(2)])  # the restarted worker posts it anew
+
+    def wait_post(key, wait_s):
+        if key == "update/1" and "update/1" not in queue.mailbox:
+            queue.mailbox[key] = next(posts)
+        return queue.mailbox.get(key)
+
+    queue.wait_post = _Call(wait_post)
+    protocol.post_batch(client, 1, {"seed": 1})
+    assert protocol.await_update(client, 1) == {"weights_version": 2, "optimizer": "opt-v2"}
 
 
 def test_a_stop_batch_ends_the_trainer_and_is_not_re_posted(queue):
