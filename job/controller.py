@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from spotlight import progress
 from spotlight.config import Config
-from spotlight.job import launch, protocol
+from spotlight.job import fault_counters, launch, protocol
 from spotlight.job.options import RayOptions
 from spotlight.job.pipeline import Pipeline
 from spotlight.job.queue_client import QueueClient
@@ -106,6 +106,8 @@ class Controller:
         """Exploration's decisions (budget, plan, selection); the controller samples them."""
         self._pending_optimizer: bytes | None = None
         """The optimizer state of the last update, written by the next checkpoint."""
+        self._stop_posted = False
+        """The trainer's stop message is posted (once the run's last iteration is committed)."""
         self.val_samples: tuple = (None, [], [])
         """Images, prompts and seeds of the last validation's first item (logged to W&B)."""
         self.pipeline: Pipeline | None = None
@@ -274,8 +276,6 @@ class Controller:
         self.ledger.busy(Pool.ON_DEMAND, update["train_s"] * update["world_size"])
         self.explore.trained(update["train_s"])
         self._pending_optimizer = update["optimizer"]
-        if it == self.cfg.num_iterations - 1:  # fetched: the trainer's workers may exit now
-            protocol.post_stop(self.queue, it + 1)
         self.pipeline.update_ended()  # the next rollout's optional candidates end here
         if exploration is not None:
             self._collect_exploration(exploration, update["weights_version"])
@@ -343,33 +343,10 @@ class Controller:
         return sum(rewards) / len(rewards)
 
     def fault_counters(self) -> dict[str, Any]:
-        """Preemptions and what the queue did about them, for metrics.jsonl and summary.json.
-
-        ``preemptions``: nodes the trace replay took away (locally), else the replicas that
-        reported a notice. ``items_resumed`` / ``steps_resumed``: items continued from a
-        committed checkpoint, and the denoising steps that saved. ``items_lost``: items whose
-        result never came (0 unless a run fails)."""
-        q = self.queue
-        s = self.watch.stats
-        inj = self.injector
-        base = self._counter_base
-        out = {
-            "preemptions": inj.stats.preemptions if inj else s.get("notices", 0),
-            "preemption_notices": inj.stats.notices if inj else s.get("notices", 0),
-            "items_resumed": s.get("items_resumed", 0),
-            "steps_resumed": s.get("steps_resumed", 0),
-            "items_released": s.get("released", 0),
-            "leases_expired": s.get("leases_expired", 0),
-            "items_reused": q.items_reused,
-            "items_lost": q.items_lost,
-            "duplicates_ignored": s.get("duplicates_ignored", 0),
-            "queue_restarts": q.restarts,
-        }
-        for k in QUEUE_COUNTERS:
-            out[k] += base.get(k, 0)
-        if inj is not None:
-            out["spot_nodes"] = len(inj.nodes.nodes)
-        return out
+        """Preemptions and what the queue did about them (:func:`.fault_counters.counters`)."""
+        return fault_counters.counters(
+            self.queue, self.watch.stats, self.injector, self._counter_base
+        )
 
     def save_checkpoint(self, done: int, version: int) -> None:
         """The commit of ``done`` iterations: weights ``version`` (verified), the optimizer,
@@ -461,10 +438,13 @@ class Controller:
         }
 
     def stopped(self, next_it: int) -> None:
-        """End the trainer's loop early (the run stopped after ``next_it - 1`` iterations):
-        the trainer waits for the batch of ``next_it``, and a stop message fills that slot."""
-        if next_it < self.cfg.num_iterations:  # else the last update's fetch posted it
+        """End the trainer's loop (the run stopped after ``next_it - 1`` iterations): the
+        trainer waits for the batch of ``next_it``, and a stop message fills that slot. Only
+        once the last iteration is committed: until then the trainer publishes its weights
+        again if the broadcast restarts (the last validation and checkpoint read them)."""
+        if not self._stop_posted:
             protocol.post_stop(self.queue, next_it)
+            self._stop_posted = True
         self.pipeline.withdraw()
 
     def finish(self, summary: dict[str, Any]) -> None:
@@ -475,8 +455,9 @@ class Controller:
         from spotlight.plots import plot_report, plot_rewards
         from spotlight.training.run_folder import METRICS, read_rows
 
-        self.join()
         rows = read_rows(self.out_dir / METRICS)
+        self.stopped(rows[-1]["iteration"] + 1 if rows else self.cfg.num_iterations)
+        self.join()
         summary.update(self.ledger.snapshot())
         summary.update(
             runner="ray",
