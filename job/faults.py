@@ -3,8 +3,8 @@
 A :class:`Striker` starts a local Ray cluster (``LocalSpotCluster``: a head with the on-demand
 roles, one spot node per sampler replica), runs the driver (``spotlight train`` joined to it)
 as a child process, and for each fault waits for its moment, strikes, and waits for the run's
-next committed iteration. What to strike and when is the schedule's; this module moves
-processes and waits.
+next committed iteration (or, struck after the last one, the driver's clean exit). What to
+strike and when is the schedule's; this module moves processes and waits.
 """
 
 from __future__ import annotations
@@ -158,8 +158,10 @@ class Striker:
         while time.monotonic() - t0 < RECOVERY_TIMEOUT_S and not self._driver_failed():
             if committed(run) > before:
                 return round(time.monotonic() - t0, 2)
-            if self.driver.poll() == 0:  # the run ended: its last commit is the next
-                return round(time.monotonic() - t0, 2) if committed(run) > before else None
+            if self.driver.poll() == 0:  # the run ended well: its last commit came after the
+                # strike, or the strike came after it (a moment the striker saw too late) and
+                # the run still ended well
+                return round(time.monotonic() - t0, 2)
             time.sleep(POLL_S)
         return None
 
