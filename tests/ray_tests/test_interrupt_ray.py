@@ -3,12 +3,10 @@ its last checkpoint, prints one line with the ``--resume`` command and no traceb
 
 from __future__ import annotations
 
-import os
 import signal
-import time
 
 import pytest
-from unit.test_interrupts import STOP_WITHIN_S, spotlight_process
+from unit.test_interrupts import STOP_WITHIN_S, interrupt_after_first_iteration
 
 from spotlight.training.run_folder import read_checkpoint_state
 
@@ -19,18 +17,7 @@ def test_ctrl_c_on_a_ray_run_exits_130_with_the_resume_line(tmp_path):
     run = tmp_path / "run"
     args = ["train", "--recipe", "tiny-smoke", "--iterations", "6", "--out", str(run)]
     args += ["--runner", "ray", "--samplers", "1", "--no-wandb"]
-    # start_new_session: a terminal's Ctrl-C reaches the whole process group
-    proc = spotlight_process(args, start_new_session=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("[iter"):
-            break
-    sent = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
-    lines.append(proc.stdout.read())
-    code, took = proc.wait(), time.monotonic() - sent
-    out = "".join(lines)
+    code, out, took = interrupt_after_first_iteration(args, signal.SIGINT, process_group=True)
     assert code == 130, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
     assert took < STOP_WITHIN_S, (took, out[-3000:])
