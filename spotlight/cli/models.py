@@ -26,11 +26,25 @@ def _pretrain(args: argparse.Namespace) -> int:
         learning_rate=args.lr,
         warmup_steps=args.warmup_steps,
         init=args.init,
+        arch=_arch(args.arch),
+        stage_samples=args.stage_samples,
+        state_every_s=args.state_every_s,
     )
     dtype = {"float32": torch.float32, "float16": torch.float16}[args.save_dtype]
     paths = pretrain(cfg, Path(args.out), device=args.device, log=sys.stdout, save_dtype=dtype)
     print(f"[pretrain] checkpoints: {', '.join(map(str, paths))}")
     return 0
+
+
+def _arch(pairs: list[str]) -> dict[str, int]:
+    """``--arch patch=2 num_layers=6`` as a dict of ints (the names are checked by the config)."""
+    arch = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise ValueError(f"--arch takes FIELD=INTEGER pairs, got {pair!r}")
+        arch[key.strip()] = int(value)
+    return arch
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -94,7 +108,31 @@ def _add_pretrain_parser(sub, task_names: tuple[str, ...]) -> None:
     pre.add_argument("--init", help="start from this checkpoint instead of a random init")
     pre.add_argument("--warmup-steps", type=int, default=200)
     pre.add_argument("--save-dtype", choices=["float32", "float16"], default="float32")
-    pre.add_argument("--out", default="runs/pretrain", help="folder for the checkpoints")
+    pre.add_argument(
+        "--arch",
+        nargs="*",
+        default=[],
+        metavar="FIELD=N",
+        help="architecture fields other than the task's default model "
+        "(patch, num_layers, num_heads, head_dim, text_dim)",
+    )
+    pre.add_argument(
+        "--stage-samples",
+        type=int,
+        default=0,
+        help="stop after this many more samples, the state kept; the same command goes on",
+    )
+    pre.add_argument(
+        "--state-every-s",
+        type=float,
+        default=600.0,
+        help="keep the resumable state at least this often (seconds)",
+    )
+    pre.add_argument(
+        "--out",
+        default="runs/pretrain",
+        help="folder for the checkpoints and the resumable state (a rerun goes on from it)",
+    )
     pre.add_argument("--device", default="cpu")
     pre.set_defaults(func=_pretrain)
 

@@ -5,6 +5,11 @@ the data stream is a function of the seed alone, whatever the number of loader w
 loss is the rectified-flow velocity MSE ``|v(x_t, t) - (eps - x0)|^2`` with
 ``x_t = (1 - t) x0 + t eps`` and logit-normal ``t``; a fraction of prompts is replaced by the
 null prompt so classifier-free guidance is available later. Checkpoints hold the EMA weights.
+
+A run is resumable: ``OUT/pretrain-state.pt`` (weights, EMA, optimizer, noise generator, step)
+is committed at every checkpoint, every ``state_every_s`` seconds, at the end of a stage
+(``stage_samples``) and on SIGINT/SIGTERM; the same command started again goes on from it, and
+the result is bit-identical to a run that never stopped (the data is indexed by sample).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +28,25 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from spotlight import progress
+from spotlight import interrupts, progress
 from spotlight.policies.base import TextCond
 from spotlight.policies.tiny import TinyConfig, TinyPolicy
 from spotlight.tasks import Task, get_task
 
 LOG_EVERY_STEPS = 100
+STATE_FILE = "pretrain-state.pt"
+"""The resumable state of a run, in its output folder."""
+ARCH_KEYS = ("patch", "num_layers", "num_heads", "head_dim", "text_dim")
+"""The architecture fields a pretraining run may set (the rest come from the task)."""
 
 
-def task_model_config(task: Task) -> TinyConfig:
-    """The tiny architecture used for a task's base model (its image size and channels)."""
-    return TinyConfig(height=task.height, width=task.width, channels=task.channels)
+def task_model_config(task: Task, **arch: int) -> TinyConfig:
+    """The tiny architecture of a task's base model: the task's image size and channels, the
+    default transformer unless ``arch`` (fields of :data:`ARCH_KEYS`) says otherwise."""
+    unknown = sorted(set(arch) - set(ARCH_KEYS))
+    if unknown:
+        raise ValueError(f"unknown architecture field(s) {unknown}; known: {list(ARCH_KEYS)}")
+    return TinyConfig(height=task.height, width=task.width, channels=task.channels, **arch)
 
 
 @dataclass(frozen=True)
@@ -64,10 +78,19 @@ class PretrainConfig:
     """Also save whenever this many seconds passed since the last save (0 = off); for runs
     under a wall-clock limit. Each file records its sample count."""
     num_workers: int = 2
-    """Data-loader processes rendering images."""
+    """Data-loader processes rendering images (the data does not depend on them)."""
+    arch: dict[str, int] = field(default_factory=dict)
+    """Architecture fields (:data:`ARCH_KEYS`) that differ from the task's default model."""
+    stage_samples: int = 0
+    """Stop after this many more samples, the state committed (0 = run to the end); the same
+    command goes on from there."""
+    state_every_s: float = 600.0
+    """Commit the resumable state at least this often (seconds)."""
 
     def validate(self) -> None:
-        get_task(self.task)
+        task_model_config(get_task(self.task), **self.arch)
+        if self.stage_samples < 0 or self.state_every_s <= 0:
+            raise ValueError("stage_samples must be >= 0 and state_every_s > 0")
         if self.num_samples < self.batch_size or self.batch_size < 1:
             raise ValueError(
                 f"need num_samples >= batch_size >= 1, got {self.num_samples}, {self.batch_size}"
@@ -77,16 +100,17 @@ class PretrainConfig:
 
 
 class RenderedPrompts(Dataset):
-    """Item i: (prompt, image in [-1, 1] as (C, H, W)) drawn from rng([seed, i])."""
+    """Item i: (prompt, image in [-1, 1] as (C, H, W)) drawn from rng([seed, start + i]): the
+    samples ``start..length-1`` of the stream."""
 
-    def __init__(self, task: Task, seed: int, length: int):
-        self.task, self.seed, self.length = task, seed, length
+    def __init__(self, task: Task, seed: int, length: int, start: int = 0):
+        self.task, self.seed, self.length, self.start = task, seed, length, start
 
     def __len__(self) -> int:
-        return self.length
+        return self.length - self.start
 
     def __getitem__(self, i: int) -> tuple[str, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, i])
+        rng = np.random.default_rng([self.seed, self.start + i])
         prompt = self.task.sample_prompt(rng)
         img = self.task.render(prompt, rng)
         x = torch.tensor(img, dtype=torch.float32).permute(2, 0, 1) / 127.5 - 1.0
@@ -110,6 +134,11 @@ def _conditioning(policy: TinyPolicy, prompts: list[str], drop: torch.Tensor) ->
     )
 
 
+RESULT_FIELDS = ("task", "num_samples", "batch_size", "learning_rate", "warmup_steps")
+RESULT_FIELDS += ("ema_decay", "init", "p_uncond", "seed", "arch")
+"""The settings a run's weights depend on: a resumed run must have the same."""
+
+
 def pretrain(
     cfg: PretrainConfig,
     out_dir: Path,
@@ -117,76 +146,170 @@ def pretrain(
     log: TextIO | None = None,
     save_dtype: torch.dtype = torch.float32,
 ) -> list[Path]:
-    """Train a tiny policy from scratch on ``cfg.task``; returns the checkpoint paths written."""
+    """Train a tiny policy on ``cfg.task``, from ``OUT/pretrain-state.pt`` when a run of the
+    same settings left one; returns the checkpoint paths written by this call. A stage that
+    ends before the last step (``stage_samples``) returns with the state committed."""
     cfg.validate()
     task = get_task(cfg.task)
     out_dir.mkdir(parents=True, exist_ok=True)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 weights, TF32 matrix products
-    arch = task_model_config(task)
-    if cfg.init:
-        policy = TinyPolicy.load(cfg.init, expect=arch).to(device)
-    else:
-        policy = TinyPolicy(arch, seed=cfg.seed).to(device)
-    ema = copy.deepcopy(policy).requires_grad_(False)
-    opt = torch.optim.AdamW(
-        policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0, fused=device.startswith("cuda")
-    )
+    run = _Trainee.start(cfg, task_model_config(task, **cfg.arch), device)
     total_steps = cfg.num_samples // cfg.batch_size
+    first, seconds_before = _resume(out_dir, cfg, run, log)
+    last = total_steps
+    if cfg.stage_samples:
+        last = min(total_steps, first + max(1, cfg.stage_samples // cfg.batch_size))
+    if first >= total_steps:
+        final = out_dir / f"{cfg.task}-{total_steps * cfg.batch_size}.safetensors"
+        _log(log, f"[pretrain {cfg.task}] already done: {final}")
+        return [final]
     loader = DataLoader(
-        RenderedPrompts(task, cfg.seed, total_steps * cfg.batch_size),
+        RenderedPrompts(task, cfg.seed, last * cfg.batch_size, start=first * cfg.batch_size),
         batch_size=cfg.batch_size,
         shuffle=False,
         num_workers=cfg.num_workers,
         pin_memory=device.startswith("cuda"),
         persistent_workers=cfg.num_workers > 0,
     )
-    gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     save_at = {s // cfg.batch_size for s in cfg.checkpoint_at if s < cfg.num_samples}
     save_at.add(total_steps)
     written: list[Path] = []
     t_start, loss_sum = time.perf_counter(), torch.zeros((), device=device)
-    last_save = t_start
-    bar = progress.bar(log, f"pretrain {cfg.task}", total_steps, unit="steps", every_s=None)
-    for step, (prompts, x0) in enumerate(loader):
-        for group in opt.param_groups:
-            group["lr"] = cfg.learning_rate * _lr_factor(step, cfg.warmup_steps, total_steps)
-        loss = _flow_loss(policy, list(prompts), x0.to(device, non_blocking=True), cfg, gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        opt.step()
-        _ema_update(ema, policy, min(cfg.ema_decay, (1 + step) / (10 + step)))
-        loss_sum += loss.detach()  # summed on the device: no host sync per step
-        if (step + 1) % LOG_EVERY_STEPS == 0 or step + 1 == total_steps:
-            seen = (step + 1) * cfg.batch_size
-            rate = seen / (time.perf_counter() - t_start)
-            window = step % LOG_EVERY_STEPS + 1
-            _log(
-                log,
-                f"[pretrain {cfg.task}] step {step + 1}/{total_steps} samples {seen} "
-                f"loss {float(loss_sum) / window:.4f} {rate:.0f} samples/s",
-            )
-            loss_sum.zero_()
-        timed = cfg.checkpoint_every_s > 0 and time.perf_counter() - last_save >= (
-            cfg.checkpoint_every_s
+    last_save = last_state = t_start
+
+    def commit(done: int) -> None:
+        with interrupts.held():  # a signal meanwhile is raised once the state is whole
+            seconds = seconds_before + time.perf_counter() - t_start
+            _save_state(out_dir, cfg, done, run, seconds)
+
+    bar = progress.bar(log, f"pretrain {cfg.task}", last - first, unit="steps", every_s=None)
+    done = first  # steps finished; a signal is raised only between steps
+    try:
+        for step, (prompts, x0) in enumerate(loader, start=first):
+            with interrupts.held():
+                loss_sum += run.step(cfg, step, total_steps, list(prompts), x0)
+                done = step + 1
+                now = time.perf_counter()
+                if done % LOG_EVERY_STEPS == 0 or done == last:
+                    window = (step - first) % LOG_EVERY_STEPS + 1
+                    _log(
+                        log,
+                        f"[pretrain {cfg.task}] step {done}/{total_steps} samples "
+                        f"{done * cfg.batch_size} loss {float(loss_sum) / window:.4f} "
+                        f"{(done - first) * cfg.batch_size / (now - t_start):.0f} samples/s",
+                    )
+                    loss_sum.zero_()
+                timed = cfg.checkpoint_every_s > 0 and now - last_save >= cfg.checkpoint_every_s
+                if done in save_at or timed:
+                    last_save = now
+                    path = out_dir / f"{cfg.task}-{done * cfg.batch_size}.safetensors"
+                    seconds = seconds_before + now - t_start
+                    _save(run.ema, path, cfg, done * cfg.batch_size, seconds, save_dtype)
+                    written.append(path)
+                    _log(log, f"[pretrain {cfg.task}] wrote {path}")
+                if done in save_at or done == last or now - last_state >= cfg.state_every_s:
+                    last_state = now
+                    commit(done)
+            bar.update(1)
+    except interrupts.Interrupted as e:
+        commit(done)
+        e.line = (
+            f"spotlight: interrupted ({e.name}); pretraining state kept at "
+            f"{done * cfg.batch_size} of {total_steps * cfg.batch_size} samples in "
+            f"{out_dir / STATE_FILE}: run the same command to go on"
         )
-        if step + 1 in save_at or timed:
-            last_save = time.perf_counter()
-            path = out_dir / f"{cfg.task}-{(step + 1) * cfg.batch_size}.safetensors"
-            _save(
-                ema,
-                path,
-                cfg,
-                (step + 1) * cfg.batch_size,
-                time.perf_counter() - t_start,
-                save_dtype,
-            )
-            written.append(path)
-            _log(log, f"[pretrain {cfg.task}] wrote {path}")
-        bar.update(1)
-    bar.close()
+        raise
+    finally:
+        bar.close()
+    if last < total_steps:
+        _log(
+            log,
+            f"[pretrain {cfg.task}] stage done at {last * cfg.batch_size} of "
+            f"{total_steps * cfg.batch_size} samples; run the same command to go on",
+        )
     return written
+
+
+@dataclass
+class _Trainee:
+    """What a pretraining run trains and carries from step to step."""
+
+    policy: TinyPolicy
+    ema: TinyPolicy
+    opt: torch.optim.AdamW
+    gen: torch.Generator
+
+    @classmethod
+    def start(cls, cfg: PretrainConfig, arch: TinyConfig, device: str) -> _Trainee:
+        if cfg.init:
+            policy = TinyPolicy.load(cfg.init, expect=arch).to(device)
+        else:
+            policy = TinyPolicy(arch, seed=cfg.seed).to(device)
+        ema = copy.deepcopy(policy).requires_grad_(False)
+        cuda = device.startswith("cuda")
+        opt = torch.optim.AdamW(
+            policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0, fused=cuda
+        )
+        return cls(policy, ema, opt, torch.Generator(device=device).manual_seed(cfg.seed + 1))
+
+    def step(self, cfg, step: int, total_steps: int, prompts: list[str], x0) -> torch.Tensor:
+        """One optimizer step and EMA update; the loss (on the device, no host sync)."""
+        for group in self.opt.param_groups:
+            group["lr"] = cfg.learning_rate * _lr_factor(step, cfg.warmup_steps, total_steps)
+        x0 = x0.to(self.gen.device, non_blocking=True)
+        loss = _flow_loss(self.policy, prompts, x0, cfg, self.gen)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+        self.opt.step()
+        _ema_update(self.ema, self.policy, min(cfg.ema_decay, (1 + step) / (10 + step)))
+        return loss.detach()
+
+    def state(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "ema": self.ema.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "generator": self.gen.get_state(),
+        }
+
+    def load(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.ema.load_state_dict(state["ema"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.gen.set_state(state["generator"])
+
+
+def _resume(out_dir: Path, cfg: PretrainConfig, run: _Trainee, log) -> tuple[int, float]:
+    """Load ``OUT/pretrain-state.pt`` into the run if there is one; (first step, seconds so
+    far). A state of other settings is an error naming them."""
+    path = out_dir / STATE_FILE
+    if not path.exists():
+        return 0, 0.0
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    saved = json.loads(state["config"])
+    mine = dataclasses.asdict(cfg)
+    differ = [k for k in RESULT_FIELDS if saved.get(k) != mine[k]]
+    if differ:
+        raise ValueError(
+            f"{path} is a run with other settings ({', '.join(differ)}: "
+            f"{', '.join(f'{saved.get(k)!r} != {mine[k]!r}' for k in differ)}); "
+            "use another --out or the same settings"
+        )
+    run.load(state)
+    step = int(state["step"])
+    _log(log, f"[pretrain {cfg.task}] resuming at {step * cfg.batch_size} samples from {path}")
+    return step, float(state["seconds"])
+
+
+def _save_state(out_dir: Path, cfg: PretrainConfig, step: int, run: _Trainee, seconds: float):
+    """Commit the resumable state (written aside, then renamed over the old one)."""
+    state = {"config": json.dumps(dataclasses.asdict(cfg)), "step": step, "seconds": seconds}
+    state.update(run.state())
+    tmp = out_dir / (STATE_FILE + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, out_dir / STATE_FILE)
 
 
 def _flow_loss(

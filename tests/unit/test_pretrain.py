@@ -1,13 +1,21 @@
 """Pretraining: the data stream is a function of the seed; runs are reproducible and load back."""
 
 import dataclasses
+import signal
 
+import pytest
 import torch
 from safetensors import safe_open
 
 from spotlight.policies.tiny import TinyPolicy
 from spotlight.tasks import get_task
-from spotlight.training.pretrain import PretrainConfig, RenderedPrompts, pretrain, task_model_config
+from spotlight.training.pretrain import (
+    STATE_FILE,
+    PretrainConfig,
+    RenderedPrompts,
+    pretrain,
+    task_model_config,
+)
 
 
 def test_rendered_stream_depends_on_seed_and_index_only():
@@ -44,3 +52,83 @@ def test_pretraining_is_reproducible_and_writes_loadable_checkpoints(tmp_path):
     assert next(one.parameters()).dtype == torch.float32  # float16 on disk, float32 in memory
     fresh = TinyPolicy(one.config, seed=0)
     assert any(not torch.equal(v, fresh.state_dict()[k]) for k, v in one.state_dict().items())
+
+
+def _tiny_run(**kw) -> PretrainConfig:
+    base = dict(task="geneval-mini", num_samples=48, batch_size=8, num_workers=0, warmup_steps=1)
+    return PretrainConfig(**{**base, **kw})
+
+
+def _weights(path) -> dict[str, torch.Tensor]:
+    return TinyPolicy.load(path).state_dict()
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_in_stages_equals_one_run_bit_for_bit(tmp_path):
+    whole = pretrain(_tiny_run(), tmp_path / "whole")
+    staged = tmp_path / "staged"
+    first = pretrain(_tiny_run(stage_samples=16), staged)
+    assert first == []  # no checkpoint yet: the stage ended at 16 of 48 samples
+    state = torch.load(staged / STATE_FILE, weights_only=True)
+    assert state["step"] == 2
+    assert pretrain(_tiny_run(stage_samples=16), staged) == []
+    last = pretrain(_tiny_run(stage_samples=16), staged)
+    assert [p.name for p in last] == ["geneval-mini-48.safetensors"]
+    assert _equal(_weights(last[0]), _weights(whole[0]))
+    # a finished run is not trained again: the same command names its checkpoint
+    assert pretrain(_tiny_run(), staged) == last
+
+
+def test_a_signal_during_a_step_keeps_that_step_and_the_rerun_equals_one_run(tmp_path, monkeypatch):
+    from spotlight import interrupts
+    from spotlight.training import pretrain as module
+
+    whole = pretrain(_tiny_run(), tmp_path / "whole")
+    calls, real = [], module._flow_loss
+
+    def loss_then_signal(*args):
+        calls.append(1)
+        if len(calls) == 3:  # inside the third step: SIGINT arrives while it computes
+            signal.raise_signal(signal.SIGINT)
+        return real(*args)
+
+    monkeypatch.setattr(module, "_flow_loss", loss_then_signal)
+    with pytest.raises(interrupts.Interrupted) as stopped, interrupts.handled():
+        pretrain(_tiny_run(), tmp_path / "run")
+    assert "kept at 24 of 48 samples" in stopped.value.line  # the third step finished first
+    assert torch.load(tmp_path / "run" / STATE_FILE, weights_only=True)["step"] == 3
+    monkeypatch.setattr(module, "_flow_loss", real)
+    again = pretrain(_tiny_run(), tmp_path / "run")
+    assert _equal(_weights(again[-1]), _weights(whole[0]))
+
+
+def test_a_state_of_other_settings_is_refused_by_name(tmp_path):
+    pretrain(_tiny_run(stage_samples=8), tmp_path)
+    with pytest.raises(ValueError, match=r"other settings \(learning_rate: 0.001 != 0.002\)"):
+        pretrain(_tiny_run(learning_rate=2e-3), tmp_path)
+    # settings that do not change the weights may differ
+    assert pretrain(_tiny_run(stage_samples=8, num_workers=1), tmp_path) == []
+
+
+def test_the_architecture_can_differ_from_the_tasks_default(tmp_path):
+    (path,) = pretrain(_tiny_run(num_samples=8, arch={"patch": 2, "num_layers": 2}), tmp_path)
+    config = TinyPolicy.load(path).config
+    assert (config.patch, config.num_layers) == (2, 2)
+    assert config == task_model_config(get_task("geneval-mini"), patch=2, num_layers=2)
+    with pytest.raises(ValueError, match="unknown architecture field"):
+        _tiny_run(arch={"depth": 3}).validate()
+
+
+def test_the_pretrain_command_reads_arch_pairs_and_refuses_bad_ones(tmp_path, capsys):
+    from spotlight.cli import main
+
+    out = tmp_path / "cli"
+    args = ["pretrain", "--task", "geneval-mini", "--num-samples", "8", "--batch-size", "8"]
+    args += ["--workers", "0", "--out", str(out)]
+    assert main([*args, "--arch", "patch=x"]) == 2
+    assert "--arch takes FIELD=INTEGER pairs, got 'patch=x'" in capsys.readouterr().err
+    assert main([*args, "--arch", "patch=2"]) == 0
+    assert TinyPolicy.load(out / "geneval-mini-8.safetensors").config.patch == 2
