@@ -46,8 +46,11 @@ class Tracker:
 
     @property
     def url(self) -> str | None:
-        """The run's page (None offline or disabled)."""
-        return getattr(self._run, "url", None) if self._run is not None else None
+        """The run's page (None offline or disabled: asking an offline run for it prints a
+        W&B warning)."""
+        if self._run is None or getattr(self._run, "offline", False):
+            return None
+        return getattr(self._run, "url", None)
 
     def log(self, row: dict[str, Any]) -> None:
         if self._run is None:

@@ -145,3 +145,17 @@ def test_metrics_are_grouped_by_what_they_measure():
     assert wandb_key("sample_s") == "time/sample_s"
     assert wandb_key("weights_load_s_max") == "time/weights_load_s_max"
     assert wandb_key("loss/policy_loss") == "loss/policy_loss"
+
+
+def test_an_offline_run_has_no_page_and_asking_for_it_prints_nothing(monkeypatch, tmp_path, capfd):
+    from .conftest import REAL_SLEEP
+
+    monkeypatch.setattr("time.sleep", REAL_SLEEP)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    t = Tracker(get_recipe("tiny-smoke"), tmp_path / "run")
+    capfd.readouterr()
+    assert t.url is None
+    t.finish({"final_val_reward": 0.5})
+    seen = capfd.readouterr()
+    assert "URL not available" not in seen.out + seen.err  # W&B's warning on the driver's terminal
