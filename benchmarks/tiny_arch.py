@@ -17,11 +17,14 @@ import dataclasses
 import json
 import platform
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_cpu import time_it
 
 from spotlight.flow.sampler import sample
 from spotlight.policies.tiny import TinyPolicy
@@ -40,13 +43,7 @@ VARIANTS = {
 
 
 def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(time_it(fn, repeats))
 
 
 def measure(task_name: str, arch: dict[str, int], batch: int, sample_batch: int, repeats: int):
