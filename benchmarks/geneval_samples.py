@@ -28,7 +28,7 @@ from spotlight.config import PolicyConfig
 from spotlight.flow.sampler import sample
 from spotlight.policies import make_policy
 from spotlight.recipes import TASK_SAMPLER
-from spotlight.rewards.geneval import detect, score
+from spotlight.rewards.geneval import clauses, detect
 from spotlight.tasks import base_checkpoint, get_task
 from spotlight.tasks.geneval_mini import parse
 
@@ -41,8 +41,9 @@ def census(images: list[np.ndarray], prompts: list[str]) -> dict:
     shapes: collections.Counter = collections.Counter()
     per_image: collections.Counter = collections.Counter()
     for image, prompt in zip(images, prompts, strict=True):
-        by_cat[parse(prompt).category].append(score(image, prompt))
-        found = detect(image)
+        spec, found = parse(prompt), detect(image)
+        held = clauses(spec, found)  # what score() computes, with the detections kept
+        by_cat[spec.category].append((all(held), sum(held) / len(held)))
         per_image[len(found)] += 1
         shapes.update(d.shape for d in found)
     every = [s for v in by_cat.values() for s in v]

@@ -26,6 +26,7 @@ def _pretrain(args: argparse.Namespace) -> int:
         learning_rate=args.lr,
         warmup_steps=args.warmup_steps,
         init=args.init,
+        warm_start=args.warm_start,
         arch=_arch(args.arch),
         stage_samples=args.stage_samples,
         state_every_s=args.state_every_s,
@@ -106,6 +107,12 @@ def _add_pretrain_parser(sub, task_names: tuple[str, ...]) -> None:
     )
     pre.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     pre.add_argument("--init", help="start from this checkpoint instead of a random init")
+    pre.add_argument(
+        "--warm-start",
+        metavar="CKPT",
+        help="random init of --arch with the tensors whose names and shapes match copied from "
+        "this checkpoint of another architecture",
+    )
     pre.add_argument("--warmup-steps", type=int, default=200)
     pre.add_argument("--save-dtype", choices=["float32", "float16"], default="float32")
     pre.add_argument(

@@ -10,6 +10,9 @@ A run is resumable: ``OUT/pretrain-state.pt`` (weights, EMA, optimizer, noise ge
 is committed at every checkpoint, every ``state_every_s`` seconds, at the end of a stage
 (``stage_samples``) and on SIGINT/SIGTERM; the same command started again goes on from it, and
 the result is bit-identical to a run that never stopped (the data is indexed by sample).
+
+A run of another architecture may start warm (``warm_start``): the tensors of an older base
+whose names and shapes match are copied into the random init before the first step.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class PretrainConfig:
     ``min(ema_decay, (1 + step) / (10 + step))`` so short runs do not keep the random init."""
     init: str | None = None
     """Start from this tiny-policy checkpoint (same architecture) instead of a random init."""
+    warm_start: str | None = None
+    """Start from a random init of ``arch`` with every tensor whose name and shape match copied
+    from this tiny-policy checkpoint of another architecture (for example the patch-4 base
+    into a patch-2 model: all but the patch embedding and the output projection)."""
     p_uncond: float = 0.1
     """Probability of replacing a prompt by the null prompt (for classifier-free guidance)."""
     seed: int = 0
@@ -89,6 +96,8 @@ class PretrainConfig:
 
     def validate(self) -> None:
         task_model_config(get_task(self.task), **self.arch)
+        if self.init and self.warm_start:
+            raise ValueError("init and warm_start are exclusive: init loads the same architecture")
         if self.stage_samples < 0 or self.state_every_s <= 0:
             raise ValueError("stage_samples must be >= 0 and state_every_s > 0")
         if self.num_samples < self.batch_size or self.batch_size < 1:
@@ -134,8 +143,10 @@ def _conditioning(policy: TinyPolicy, prompts: list[str], drop: torch.Tensor) ->
     )
 
 
-RESULT_FIELDS = ("task", "num_samples", "batch_size", "learning_rate", "warmup_steps")
-RESULT_FIELDS += ("ema_decay", "init", "p_uncond", "seed", "arch")
+RESULT_FIELDS = (
+    *("task", "num_samples", "batch_size", "learning_rate", "warmup_steps", "ema_decay"),
+    *("init", "warm_start", "p_uncond", "seed", "arch"),
+)
 """The settings a run's weights depend on: a resumed run must have the same."""
 
 
@@ -157,6 +168,9 @@ def pretrain(
     run = _Trainee.start(cfg, task_model_config(task, **cfg.arch), device)
     total_steps = cfg.num_samples // cfg.batch_size
     first, seconds_before = _resume(out_dir, cfg, run, log)
+    if cfg.warm_start and first == 0:
+        kept = warm_start_from(run, cfg.warm_start)
+        _log(log, f"[pretrain {cfg.task}] warm start from {cfg.warm_start}: {kept}")
     last = total_steps
     if cfg.stage_samples:
         last = min(total_steps, first + max(1, cfg.stage_samples // cfg.batch_size))
@@ -279,6 +293,25 @@ class _Trainee:
         self.ema.load_state_dict(state["ema"])
         self.opt.load_state_dict(state["optimizer"])
         self.gen.set_state(state["generator"])
+
+
+def warm_start_from(run: _Trainee, path: str) -> str:
+    """Copy into the run's weights (and EMA) every tensor of the checkpoint at ``path`` whose
+    name and shape match; the rest keep their random init. Returns what it did, in words.
+
+    Raises:
+        ValueError: no tensor matches (the checkpoint is of another model altogether).
+    """
+    donor = TinyPolicy.load(path).state_dict()
+    state = run.policy.state_dict()
+    same = [k for k, v in donor.items() if k in state and state[k].shape == v.shape]
+    if not same:
+        raise ValueError(f"{path}: no tensor matches the model's names and shapes")
+    state.update({k: donor[k].to(state[k].device, state[k].dtype) for k in same})
+    run.policy.load_state_dict(state)
+    run.ema.load_state_dict(state)
+    fresh = sorted(set(state) - set(same))
+    return f"{len(same)} of {len(state)} tensors copied; random: {', '.join(fresh) or 'none'}"
 
 
 def _resume(out_dir: Path, cfg: PretrainConfig, run: _Trainee, log) -> tuple[int, float]:

@@ -36,3 +36,18 @@ def test_blank_and_blob_images_count_as_what_they_are(census):
     assert got["objects_per_image"] == {"0": 1, "1": 1}
     assert got["shapes_found"] == {"unknown": 1} and got["unknown_shape_share"] == 1.0
     assert got["exact_share"] == 0.0
+
+
+def test_the_census_scores_as_the_reward_does(census):
+    from spotlight.rewards.geneval import score
+
+    task = get_task("geneval-mini")
+    prompts = task.prompts("val")[:32]
+    rng = np.random.default_rng(5)
+    images = [task.render(p, rng) for p in prompts]
+    for image in images[::2]:  # damaged renders: some clauses fail
+        image[:16, :16] = 0
+    scores = [score(i, p) for i, p in zip(images, prompts, strict=True)]
+    got = census(images, prompts)
+    assert got["mean_reward"] == pytest.approx(np.mean([s for _, s in scores]), abs=1e-12)
+    assert got["exact_share"] == np.mean([c for c, _ in scores]) < 1.0

@@ -13,8 +13,10 @@ from spotlight.training.pretrain import (
     STATE_FILE,
     PretrainConfig,
     RenderedPrompts,
+    _Trainee,
     pretrain,
     task_model_config,
+    warm_start_from,
 )
 
 
@@ -120,6 +122,31 @@ def test_the_architecture_can_differ_from_the_tasks_default(tmp_path):
     assert config == task_model_config(get_task("geneval-mini"), patch=2, num_layers=2)
     with pytest.raises(ValueError, match="unknown architecture field"):
         _tiny_run(arch={"depth": 3}).validate()
+
+
+def test_a_warm_start_copies_the_tensors_that_fit_another_architecture(tmp_path):
+    task = get_task("geneval-mini")
+    donor = TinyPolicy(task_model_config(task), seed=3)  # patch 4
+    donor.save(tmp_path / "donor.safetensors")
+    cfg = _tiny_run(arch={"patch": 2}, warm_start=str(tmp_path / "donor.safetensors"))
+    run = _Trainee.start(cfg, task_model_config(task, patch=2), "cpu")
+    cold = {k: v.clone() for k, v in run.policy.state_dict().items()}
+    said = warm_start_from(run, cfg.warm_start)
+    warm, theirs = run.policy.state_dict(), donor.state_dict()
+    fits = {k for k in warm if k in theirs and theirs[k].shape == warm[k].shape}
+    assert "img_in.weight" not in fits and len(fits) > len(warm) // 2
+    assert all(torch.equal(warm[k], theirs[k]) for k in fits)
+    assert all(torch.equal(warm[k], cold[k]) for k in set(warm) - fits)  # random init kept
+    assert _equal(run.ema.state_dict(), warm)
+    assert said.startswith(f"{len(fits)} of {len(warm)} tensors copied") and "img_in.weight" in said
+    # a warm run resumes like any other, and differs from a cold one
+    whole = pretrain(cfg, tmp_path / "whole")
+    staged = [pretrain(dataclasses.replace(cfg, stage_samples=24), tmp_path / "s") for _ in "ab"]
+    assert _equal(_weights(staged[-1][-1]), _weights(whole[-1]))
+    cold_run = pretrain(dataclasses.replace(cfg, warm_start=None), tmp_path / "cold")
+    assert not _equal(_weights(cold_run[-1]), _weights(whole[-1]))
+    with pytest.raises(ValueError, match="init and warm_start are exclusive"):
+        dataclasses.replace(cfg, init=cfg.warm_start).validate()
 
 
 def test_the_pretrain_command_reads_arch_pairs_and_refuses_bad_ones(tmp_path, capsys):
