@@ -76,7 +76,28 @@ def _fitted_exponent(args: argparse.Namespace) -> float | None:
             f"{pt['speedup']:.2f}x {what} ({pt['reached']} reached)"
         )
     print(f"[simulate] fit: {args.signal} exponent k = {k:.3f} (from {files}, by {args.fit_by})")
+    for name, summary in zip(args.fit_exploration, summaries, strict=True):
+        _print_band(name, summary, args)
     return k
+
+
+def _print_band(name: str, summary: dict, args: argparse.Namespace) -> None:
+    """The exponent of one bench with its bootstrap interval over the bench's seeds."""
+    from spotlight.sim.sim_fit import exponent_band
+
+    try:
+        band = exponent_band(summary, args.signal, speedup=args.fit_by)
+    except ValueError as e:  # fewer than two seeds in every mode: no interval
+        print(f"[simulate] fit: {name}: no interval over seeds ({e})")
+        return
+    if band["k"] is None or band["lo"] is None:
+        print(f"[simulate] fit: {name}: k cannot be fitted on its paired seeds")
+        return
+    print(
+        f"[simulate] fit: {name}: k = {band['k']:.3f} on its {len(band['seeds'])} paired seeds,"
+        f" {band['level']:.0%} bootstrap interval over seeds [{band['lo']:.3f}, {band['hi']:.3f}]"
+        f" ({band['unfitted_draws']} of {band['draws']} draws unfitted)"
+    )
 
 
 def _learning_model(args: argparse.Namespace, k: float | None):

@@ -147,3 +147,67 @@ def _signal_points(
             }
         )
     return points, base_its
+
+
+def exponent_band(
+    summary: dict[str, Any],
+    signal: str = "live_groups",
+    baseline_mode: str = "off",
+    speedup: str = "iterations",
+    num_resamples: int = 2_000,
+    seed: int = 0,
+    level: float = 0.90,
+) -> dict[str, Any]:
+    """:func:`fit_exponent`'s ``k`` on the training seeds every mode ran, with a bootstrap
+    interval over those seeds: each draw resamples the seeds (the same ones for every mode, so
+    the comparison stays paired), recomputes each mode's mean signal and iterations from its
+    runs of those seeds, and refits ``k``. Draws in which ``k`` cannot be fitted (no mode
+    changed the signal) are left out and counted. Returns ``{"k", "lo", "hi", "level",
+    "seeds", "draws", "unfitted_draws"}``; ``lo``/``hi`` are None when no draw fits.
+
+    Raises:
+        ValueError: fewer than two seeds are shared by every mode, or the runs lack the fields
+            read (an older bench's report).
+    """
+    import numpy as np
+
+    need = ("seed", "zero_std_group_share", "group_reward_std_mean", "iterations_to_target")
+    for name, mode in summary["modes"].items():
+        missing = sorted({k for r in mode["runs"] for k in need if k not in r})
+        if missing:
+            raise ValueError(f"the runs of mode {name!r} carry no {', '.join(missing)}")
+    by_seed = {
+        name: {int(r["seed"]): r for r in mode["runs"]} for name, mode in summary["modes"].items()
+    }
+    seeds = sorted(set.intersection(*(set(runs) for runs in by_seed.values())))
+    if len(seeds) < 2:
+        raise ValueError(f"a band needs >= 2 seeds run by every mode, got {seeds}")
+
+    def fit(pick) -> float | None:
+        modes = {name: _mode_of([runs[s] for s in pick]) for name, runs in by_seed.items()}
+        return fit_exponent({"modes": modes}, signal, baseline_mode, speedup)["k"]
+
+    rng = np.random.default_rng(seed)
+    ks = [fit(rng.choice(seeds, size=len(seeds))) for _ in range(num_resamples)]
+    fitted = [k for k in ks if k is not None]
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(fitted, [tail, 100 - tail]) if fitted else (None, None)
+    return {
+        "k": fit(seeds),
+        "lo": None if lo is None else float(lo),
+        "hi": None if hi is None else float(hi),
+        "level": level,
+        "seeds": seeds,
+        "draws": num_resamples,
+        "unfitted_draws": num_resamples - len(fitted),
+    }
+
+
+def _mode_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A mode's entry of an ``exploration.json`` made of ``runs`` (what the fit reads)."""
+    return {
+        "runs": runs,
+        "group_reward_std_mean": sum(r["group_reward_std_mean"] for r in runs) / len(runs),
+        "zero_std_group_share": sum(r["zero_std_group_share"] for r in runs) / len(runs),
+        "reached_target": f"{sum(r['iterations_to_target'] is not None for r in runs)}/{len(runs)}",
+    }
