@@ -57,7 +57,7 @@ def test_only_seeds_every_mode_ran_are_paired():
     assert exponent_band(summary, num_resamples=50)["seeds"] == [0, 1]
     with pytest.raises(ValueError, match="needs >= 2 seeds"):
         exponent_band(_summary({"off": [(0.5, 20)] * 3, "arm": [(0.0, 10)]}))
-    with pytest.raises(ValueError, match="the runs of mode 'off' carry no .*seed"):
+    with pytest.raises(ValueError, match=r"the runs of mode 'off' carry no .*seed"):
         exponent_band({"modes": {"off": {"runs": [{"iterations_to_target": 3}]}}})
 
 
