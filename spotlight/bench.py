@@ -38,20 +38,12 @@ from typing import Any, TextIO
 
 from spotlight import bench_stats, progress
 from spotlight.config import Config
+from spotlight.explore.arms import ARMS
 from spotlight.sim.sim_fit import val_gain_per_iteration
 from spotlight.training.run_folder import METRICS, SUMMARY
 
-_ARM = {"selection": "max_variance", "uniform": False, "planner_gain": "std"}
-"""What every arm sets unless it says otherwise: an arm means the same whatever the defaults."""
-MODES = {
-    "off": {"mode": "off"},
-    "critical_path": {**_ARM, "mode": "critical_path"},
-    "spot": {**_ARM, "mode": "spot"},
-    "spot_uniform": {**_ARM, "mode": "spot", "uniform": True},
-    "rescue": {**_ARM, "mode": "spot", "selection": "rescue"},
-    "full_pool": {**_ARM, "mode": "critical_path", "pool_advantages": True},
-    "spot_live": {**_ARM, "mode": "spot", "planner_gain": "live"},
-}
+MODES = ARMS
+"""The arms a bench may run (:data:`spotlight.explore.arms.ARMS`)."""
 
 
 def run_runs(

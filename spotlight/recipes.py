@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from spotlight.config import Config, ExplorationConfig, GRPOConfig, PolicyConfig, SamplerConfig
+from spotlight.explore.arms import EXACT_REWARD_ARM, with_arm
 from spotlight.policies.lora import FLOW_GRPO_LORA_TARGETS
 from spotlight.tasks import base_checkpoint, get_task
 
@@ -121,6 +122,22 @@ def tiny_ocr() -> Config:
         num_val_seeds=4,
         val_every=40,
         exploration=ExplorationConfig(mode="spot", budget_seeds=16),
+    )
+
+
+def tiny_ocr_exact() -> Config:
+    """``tiny-ocr`` under the binary exact-match reward (``ocr-exact``: 1 when Tesseract reads
+    the word exactly), where about half of the groups of 8 are dead on the base model: the
+    regime where seed exploration can pay (docs/benchmarks.md, "Seed exploration with the power
+    to rank the arms"). It explores 128 seeds an iteration, the power bench's budget, with the
+    arm that bench chose (:data:`spotlight.explore.arms.EXACT_REWARD_ARM`; a test holds the two
+    equal); while no arm has shown a gain, with the standing defaults."""
+    cfg = tiny_ocr()
+    exploration = dataclasses.replace(cfg.exploration, budget_seeds=128)
+    if EXACT_REWARD_ARM is not None:
+        exploration = with_arm(exploration, EXACT_REWARD_ARM)
+    return dataclasses.replace(
+        cfg, recipe="tiny-ocr-exact", reward="ocr-exact", exploration=exploration
     )
 
 
@@ -249,6 +266,7 @@ these unless its flags say otherwise): the 1280 recipes sample with SP degree 4.
 
 RECIPES: dict[str, Callable[[], Config]] = {
     "tiny-ocr": tiny_ocr,
+    "tiny-ocr-exact": tiny_ocr_exact,
     "tiny-geneval": tiny_geneval,
     "tiny-brightness": tiny_brightness,
     "tiny-smoke": tiny_smoke,

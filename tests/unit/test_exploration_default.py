@@ -1,0 +1,59 @@
+"""The exact-reward recipe explores with the arm the power bench chose, whatever it chose."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from spotlight import bench_stats
+from spotlight.bench import MODES, run_config
+from spotlight.config import ExplorationConfig
+from spotlight.explore.arms import ARMS, EXACT_REWARD_ARM, POWER_BENCH, with_arm
+from spotlight.recipes import get_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _paired(report: dict) -> dict:
+    return {
+        mode: v
+        for mode, v in report["modes"].items()
+        if mode != bench_stats.BASELINE and "val_auc_diff_vs_off" in v
+    }
+
+
+def test_the_exact_reward_arm_is_the_one_the_power_bench_chose():
+    report = json.loads((ROOT / POWER_BENCH).read_text())
+    assert bench_stats.chosen_arm(_paired(report)) == EXACT_REWARD_ARM
+
+
+def test_the_exact_reward_recipe_runs_that_arm_at_the_bench_budget():
+    cfg = get_recipe("tiny-ocr-exact")
+    assert cfg.reward == "ocr-exact" and cfg.exploration.budget_seeds == 128
+    arm = EXACT_REWARD_ARM or "spot"  # no arm shown: the standing defaults, which are spot's
+    assert cfg.exploration == with_arm(cfg.exploration, arm)
+    standing = ExplorationConfig()
+    assert {k: getattr(standing, k) for k in ARMS["spot"] if k != "mode"} == {
+        k: v for k, v in ARMS["spot"].items() if k != "mode"
+    }
+    # the rest of the run is the default recipe's
+    plain = get_recipe("tiny-ocr")
+    assert (
+        dataclasses.replace(
+            cfg, recipe=plain.recipe, reward=plain.reward, exploration=plain.exploration
+        )
+        == plain
+    )
+
+
+def test_an_arm_sets_its_fields_and_keeps_the_budget():
+    base = ExplorationConfig(budget_seeds=64, selection="rescue", uniform=True)
+    spot = with_arm(base, "spot")
+    assert (spot.selection, spot.uniform, spot.budget_seeds) == ("max_variance", False, 64)
+    assert with_arm(base, "off").mode == "off"
+    assert MODES is ARMS  # the benches run the same arms
+    cfg = run_config(get_recipe("tiny-ocr"), "rescue", 3)
+    assert cfg.seed == 3 and cfg.exploration == with_arm(cfg.exploration, "rescue")
+    with pytest.raises(ValueError, match="unknown arm 'best'"):
+        with_arm(base, "best")
