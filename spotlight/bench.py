@@ -55,10 +55,14 @@ def run_runs(
     log: TextIO | None = None,
     reuse: dict[str, dict[str, Any]] | None = None,
     on_run: Callable[[dict[str, list[Run]]], None] | None = None,
+    jobs: int = 1,
+    threads: int = 1,
 ) -> dict[str, list[Run]]:
     """One run per (mode, seed) under ``out/runs``, by ``train(config, run_dir, resume)``;
     returns the runs by mode: run folders, or records from ``reuse`` (by run name) that ran the
-    same config. ``on_run`` gets what has finished so far after each run."""
+    same config. ``on_run`` gets what has finished so far after each run. With ``jobs`` > 1,
+    that many runs go at once, each in a process of its own on ``threads`` torch threads
+    (:mod:`spotlight.bench_jobs`; ``train`` must then be a module-level function)."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -73,18 +77,38 @@ def run_runs(
         every_s=None,
         leave=True,
     )
+    work, label = [], {}
     for mode, seed in pending:  # a re-run continues where it stopped
         run_dir = out / "runs" / run_name(mode, seed)
         if run_dir.name in (reuse or {}):
             progress.line(log, f"[bench] {run_dir.name}: the earlier report holds another config")
-        progress.line(log, f"[bench] {mode}, seed {seed} -> {run_dir}")
-        bar.set_postfix_str(f"{mode}, seed {seed}")
         resume = (run_dir / "checkpoint" / "state.json").exists()
-        train(configs[mode, seed], run_dir, resume)
+        work.append((run_dir.name, configs[mode, seed], run_dir, resume))
+        label[run_dir.name] = f"{mode}, seed {seed}"
+
+    def started(name: str) -> None:
+        progress.line(log, f"[bench] {label[name]} -> {out / 'runs' / name}")
+        bar.set_postfix_str(label[name])
+
+    def done(name: str) -> None:
         bar.update(1)
+        if jobs > 1:  # runs finish out of order: say which
+            progress.line(log, f"[bench] {label[name]} finished")
         if on_run is not None:
             on_run(finished_runs(out, configs, reuse))
-    bar.close()
+
+    try:
+        if jobs > 1:
+            from spotlight.bench_jobs import run_parallel
+
+            run_parallel(work, train, jobs, threads, done, on_start=started)
+        else:
+            for name, cfg, run_dir, resume in work:
+                started(name)
+                train(cfg, run_dir, resume)
+                done(name)
+    finally:
+        bar.close()
     return finished_runs(out, configs, reuse)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -54,6 +55,11 @@ def _exploration(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise ValueError(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    if args.jobs < 1 or (args.jobs > 1 and args.runner != "local"):
+        raise ValueError(
+            f"--jobs {args.jobs}: runs at once must be >= 1, and more than 1 needs --runner local"
+            " (the Ray job shares one cluster)"
+        )
     out = Path(args.out)
     name = args.name or "exploration"
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +76,10 @@ def _exploration(args: argparse.Namespace) -> int:
         summary = report(finished_runs(out, run_configs(cfg, modes, args.seeds), reuse))
     else:
         train = _runner(args)
-        runs = run_runs(cfg, out, modes, args.seeds, train, sys.stdout, reuse, on_run=report)
+        jobs = {"jobs": args.jobs, "threads": max(1, len(os.sched_getaffinity(0)) // args.jobs)}
+        runs = run_runs(
+            cfg, out, modes, args.seeds, train, sys.stdout, reuse, on_run=report, **jobs
+        )
         summary = report(runs)
     _print_summary(summary, out, name)
     return 0
@@ -80,9 +89,7 @@ def _runner(args: argparse.Namespace):
     """``train(config, run_dir, resume)`` of ``--runner``: the Ray job (one Ray for all runs)
     or the local runner."""
     if args.runner == "local":
-        from spotlight.training.run_local import run_local
-
-        return lambda cfg, run_dir, resume: run_local(cfg, run_dir, resume=resume)
+        return train_local
     from spotlight.job.cluster import connect
     from spotlight.job.options import RayOptions
     from spotlight.job.run import run_ray
@@ -90,6 +97,13 @@ def _runner(args: argparse.Namespace):
     opts = RayOptions(num_samplers=args.samplers, wandb=False)
     connect(opts)
     return lambda cfg, run_dir, resume: run_ray(cfg, run_dir, resume=resume, opts=opts, log=None)
+
+
+def train_local(cfg: Config, run_dir: Path, resume: bool) -> None:
+    """One bench run with the local runner (module-level: ``--jobs`` runs it in a process)."""
+    from spotlight.training.run_local import run_local
+
+    run_local(cfg, run_dir, resume=resume)
 
 
 def _write_report(runs, cfg: Config, args: argparse.Namespace, out: Path, name: str):
@@ -249,4 +263,11 @@ def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
         help="exploration: an earlier report (NAME.json) whose runs of the same config count as"
         " finished (none yet if it does not exist); so a bench resumes on a machine that keeps the"
         " report but not --out's run folders",
+    )
+    bench.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="exploration, --runner local: runs at once, each in its own process on an equal"
+        " share of the cores (the runs' results do not depend on it)",
     )
