@@ -279,6 +279,32 @@ RECIPES: dict[str, Callable[[], Config]] = {
 DEFAULT_RECIPE = "tiny-ocr"
 
 
+def exploration_note(cfg: Config) -> str | None:
+    """What a run of a shipped recipe says about its seed exploration before it starts, when
+    its reward and exploration are the recipe's own (not changed by ``--set``): why it
+    explores. None otherwise."""
+    if cfg.recipe not in RECIPES or cfg.exploration.mode == "off":
+        return None
+    own = RECIPES[cfg.recipe]()
+    if (cfg.reward, cfg.exploration) != (own.reward, own.exploration):
+        return None
+    if cfg.recipe == "tiny-ocr":
+        return (
+            "seed exploration is on to exercise the system: on this graded reward it buys no"
+            " iterations (docs/benchmarks.md); the exact-match reward is where it can pay"
+            " (--recipe tiny-ocr-exact)"
+        )
+    if cfg.recipe == "tiny-ocr-exact" and EXACT_REWARD_ARM is None:
+        return (
+            "seed exploration with the standing defaults: the exploration power bench has not"
+            " shown a gain from any arm yet (docs/benchmarks.md), so this explores to exercise"
+            " the system"
+        )
+    if cfg.recipe == "tiny-ocr-exact":
+        return f"seed exploration with {EXACT_REWARD_ARM!r}, the arm the power bench chose"
+    return None
+
+
 def get_recipe(name: str) -> Config:
     """The config of recipe ``name``, validated."""
     try:

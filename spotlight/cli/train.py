@@ -14,7 +14,7 @@ from spotlight import interrupts
 from spotlight.cli.common import add_price_flags
 from spotlight.config import Config
 from spotlight.overrides import apply_overrides
-from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
+from spotlight.recipes import DEFAULT_RECIPE, RECIPES, exploration_note, get_recipe
 from spotlight.scheduling.costs import PriceTable
 
 
@@ -34,6 +34,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.reward_model is not None:
         cfg = dataclasses.replace(cfg, reward_model=args.reward_model)
     cfg.validate()
+    if (note := exploration_note(cfg)) is not None:
+        print(f"[spotlight] {note}", flush=True)
     if args.resume is not None:
         out, resume = Path(args.resume), True
     else:

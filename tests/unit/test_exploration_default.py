@@ -57,3 +57,21 @@ def test_an_arm_sets_its_fields_and_keeps_the_budget():
     assert cfg.seed == 3 and cfg.exploration == with_arm(cfg.exploration, "rescue")
     with pytest.raises(ValueError, match="unknown arm 'best'"):
         with_arm(base, "best")
+
+
+def test_a_run_of_a_shipped_recipe_says_why_it_explores():
+    from spotlight.overrides import apply_overrides
+    from spotlight.recipes import exploration_note
+
+    graded = exploration_note(get_recipe("tiny-ocr"))
+    assert graded is not None and "to exercise the system" in graded
+    exact = exploration_note(get_recipe("tiny-ocr-exact"))
+    if EXACT_REWARD_ARM is None:
+        assert exact is not None and "has not shown a gain" in exact
+    else:
+        assert exact is not None and repr(EXACT_REWARD_ARM) in exact
+    # a run whose reward or exploration the user changed is not the recipe's: no note
+    assert exploration_note(apply_overrides(get_recipe("tiny-ocr"), ["reward=ocr-exact"])) is None
+    off = apply_overrides(get_recipe("tiny-ocr"), ["exploration.mode=off"])
+    assert exploration_note(off) is None
+    assert exploration_note(get_recipe("tiny-brightness")) is None
