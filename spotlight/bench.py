@@ -38,7 +38,7 @@ from typing import Any, TextIO
 
 from spotlight import bench_stats, progress
 from spotlight.config import Config
-from spotlight.explore.arms import ARMS
+from spotlight.explore.arms import ARMS, with_arm
 from spotlight.sim.sim_fit import val_gain_per_iteration
 from spotlight.training.run_folder import METRICS, SUMMARY
 
@@ -121,9 +121,7 @@ def run_name(mode: str, seed: int) -> str:
 
 def run_config(base: Config, mode: str, seed: int) -> Config:
     """The config the bench runs for one (mode, training seed)."""
-    return dataclasses.replace(
-        base, seed=seed, exploration=dataclasses.replace(base.exploration, **MODES[mode])
-    )
+    return dataclasses.replace(base, seed=seed, exploration=with_arm(base.exploration, mode))
 
 
 def run_configs(base: Config, modes: list[str], seeds: list[int]) -> dict[tuple[str, int], Config]:

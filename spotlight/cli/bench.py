@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,6 +22,13 @@ def _bench(args: argparse.Namespace) -> int:
     except interrupts.Interrupted as e:
         e.line = interrupted_line(e.name, args)
         raise
+    except RuntimeError as e:
+        from spotlight.bench_jobs import RunFailed
+
+        if not isinstance(e, RunFailed):
+            raise
+        print(f"spotlight: {e}", file=sys.stderr)
+        return 1
 
 
 def interrupted_line(signal_name: str, args: argparse.Namespace) -> str:
@@ -76,9 +82,13 @@ def _exploration(args: argparse.Namespace) -> int:
         summary = report(finished_runs(out, run_configs(cfg, modes, args.seeds), reuse))
     else:
         train = _runner(args)
-        jobs = {"jobs": args.jobs, "threads": max(1, len(os.sched_getaffinity(0)) // args.jobs)}
+        threads = 1
+        if args.jobs > 1:  # each run's torch on an equal share of the cores
+            from spotlight.rewards.ocr import available_cpus
+
+            threads = max(1, available_cpus() // args.jobs)
         runs = run_runs(
-            cfg, out, modes, args.seeds, train, sys.stdout, reuse, on_run=report, **jobs
+            cfg, out, modes, args.seeds, train, sys.stdout, reuse, report, args.jobs, threads
         )
         summary = report(runs)
     _print_summary(summary, out, name)
@@ -268,6 +278,6 @@ def _add_exploration_flags(bench: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=1,
-        help="exploration, --runner local: runs at once, each in its own process on an equal"
-        " share of the cores (the runs' results do not depend on it)",
+        help="exploration, --runner local: runs at once, each in its own process whose torch"
+        " uses an equal share of the cores (the runs' results do not depend on it)",
     )

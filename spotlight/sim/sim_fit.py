@@ -172,6 +172,7 @@ def exponent_band(
     import numpy as np
 
     need = ("seed", "zero_std_group_share", "group_reward_std_mean", "iterations_to_target")
+    need += ("val_curve",) if speedup == "slope" else ()
     for name, mode in summary["modes"].items():
         missing = sorted({k for r in mode["runs"] for k in need if k not in r})
         if missing:
@@ -205,9 +206,14 @@ def exponent_band(
 
 def _mode_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A mode's entry of an ``exploration.json`` made of ``runs`` (what the fit reads)."""
+
+    def mean(key: str) -> float | None:  # as the bench's report: runs without the figure skipped
+        xs = [r[key] for r in runs if r[key] is not None]
+        return sum(xs) / len(xs) if xs else None
+
     return {
         "runs": runs,
-        "group_reward_std_mean": sum(r["group_reward_std_mean"] for r in runs) / len(runs),
-        "zero_std_group_share": sum(r["zero_std_group_share"] for r in runs) / len(runs),
+        "group_reward_std_mean": mean("group_reward_std_mean"),
+        "zero_std_group_share": mean("zero_std_group_share"),
         "reached_target": f"{sum(r['iterations_to_target'] is not None for r in runs)}/{len(runs)}",
     }
