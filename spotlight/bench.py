@@ -77,14 +77,8 @@ def run_runs(
         every_s=None,
         leave=True,
     )
-    work, label = [], {}
-    for mode, seed in pending:  # a re-run continues where it stopped
-        run_dir = out / "runs" / run_name(mode, seed)
-        if run_dir.name in (reuse or {}):
-            progress.line(log, f"[bench] {run_dir.name}: the earlier report holds another config")
-        resume = (run_dir / "checkpoint" / "state.json").exists()
-        work.append((run_dir.name, configs[mode, seed], run_dir, resume))
-        label[run_dir.name] = f"{mode}, seed {seed}"
+    work = _work(out, configs, pending, reuse, log)
+    label = {run_name(m, s): f"{m}, seed {s}" for m, s in pending}
 
     def started(name: str) -> None:
         progress.line(log, f"[bench] {label[name]} -> {out / 'runs' / name}")
@@ -101,7 +95,10 @@ def run_runs(
         if jobs > 1:
             from spotlight.bench_jobs import run_parallel
 
-            run_parallel(work, train, jobs, threads, done, on_start=started)
+            def going(names: list[str]) -> None:
+                progress.line(log, "[bench] going: " + "; ".join(_where(out, n) for n in names))
+
+            run_parallel(work, train, jobs, threads, done, started, going)
         else:
             for name, cfg, run_dir, resume in work:
                 started(name)
@@ -110,6 +107,31 @@ def run_runs(
     finally:
         bar.close()
     return finished_runs(out, configs, reuse)
+
+
+def _work(out: Path, configs, pending, reuse, log) -> list[tuple[str, Config, Path, bool]]:
+    """``(name, config, run_dir, resume)`` of each pending run: a re-run continues where it
+    stopped (a run folder with a checkpoint resumes)."""
+    work = []
+    for mode, seed in pending:
+        run_dir = out / "runs" / run_name(mode, seed)
+        if run_dir.name in (reuse or {}):
+            progress.line(log, f"[bench] {run_dir.name}: the earlier report holds another config")
+        resume = (run_dir / "checkpoint" / "state.json").exists()
+        work.append((run_dir.name, configs[mode, seed], run_dir, resume))
+    return work
+
+
+def _where(out: Path, name: str) -> str:
+    """``NAME at I/N iterations`` of a run going in ``out/runs/NAME`` (its metrics rows)."""
+    run_dir = out / "runs" / name
+    rows = run_dir / METRICS
+    done = len(rows.read_text().splitlines()) if rows.exists() else 0
+    try:
+        total = json.loads((run_dir / "config.json").read_text())["num_iterations"]
+    except (OSError, ValueError, KeyError):  # not written yet: the run is starting
+        return f"{name} starting"
+    return f"{name} at {done}/{total} iterations"
 
 
 Run = Path | dict[str, Any]  # a run folder, or a record of an earlier report

@@ -30,6 +30,8 @@ from spotlight import interrupts
 
 STOP_GRACE_S = 120.0
 """How long a stopped run may take to commit and exit before it is killed."""
+STATUS_EVERY_S = 600.0
+"""How often ``on_status`` hears which runs are going while none finishes."""
 
 Train = Callable[[Any, Path, bool], Any]
 """``train(config, run_dir, resume)``: module-level, so that a spawned process can load it."""
@@ -46,10 +48,13 @@ def run_parallel(
     threads: int,
     on_done: Callable[[str], None],
     on_start: Callable[[str], None] | None = None,
+    on_status: Callable[[list[str]], None] | None = None,
+    status_every_s: float = STATUS_EVERY_S,
 ) -> None:
     """Run each ``(name, config, run_dir, resume)`` of ``work`` as ``train(config, run_dir,
     resume)``, at most ``jobs`` at once, in order of ``work``; ``on_done(name)`` after each
-    finishes (in the calling process, in the order they finish).
+    finishes (in the calling process, in the order they finish), ``on_status(names)`` with the
+    runs going every ``status_every_s`` in which none finished.
 
     Raises:
         RunFailed: a run's process exited with an error (the others are stopped first).
@@ -72,7 +77,10 @@ def run_parallel(
                     running[proc.sentinel] = (name, proc)
                 if on_start is not None:
                     on_start(name)
-            for sentinel in wait(list(running)):
+            ended = wait(list(running), timeout=status_every_s)
+            if not ended and on_status is not None:
+                on_status([name for name, _ in running.values()])
+            for sentinel in ended:
                 name, proc = running.pop(sentinel)
                 proc.join()
                 if proc.exitcode != 0:

@@ -94,9 +94,14 @@ def test_a_signal_to_the_bench_stops_every_run_through_its_handler(tmp_path, sig
                 target=lambda: (_wait_for(started), os.kill(os.getpid(), signum))
             ).start()
 
+    statuses = []
     with pytest.raises(interrupts.Interrupted) as stopped, interrupts.handled():
-        run_parallel(work, sleep_until_stopped, 2, 1, lambda name: None, stop_when_both_sleep)
+        run_parallel(
+            work, sleep_until_stopped, 2, 1, lambda name: None, stop_when_both_sleep,
+            on_status=statuses.append, status_every_s=0.5,
+        )  # fmt: skip
     assert stopped.value.signum == signum
+    assert statuses and all(names == ["r0", "r1"] for names in statuses)  # while none ended
     for i in range(2):  # each run took the SIGTERM its bench sent as an interrupt
         assert (tmp_path / f"r{i}" / "stopped").read_text() == "SIGTERM"
     assert not (tmp_path / "r2").exists() and multiprocessing.active_children() == []

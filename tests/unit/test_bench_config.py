@@ -206,3 +206,15 @@ def test_the_bench_writes_its_figures_reuses_its_runs_and_refuses_another_config
     # ... but not a run of another config.
     assert main([*args, "--set", "num_val_seeds=2"]) == 2
     assert (tmp_path / "runs/off-seed0/metrics.jsonl").stat().st_mtime == before
+
+
+def test_a_going_run_is_said_with_its_iterations(tmp_path):
+    from spotlight.bench import _where
+
+    run = tmp_path / "runs" / "spot-seed3"
+    assert _where(tmp_path, "spot-seed3") == "spot-seed3 starting"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"num_iterations": 30}))
+    assert _where(tmp_path, "spot-seed3") == "spot-seed3 at 0/30 iterations"
+    (run / "metrics.jsonl").write_text("{}\n" * 12)
+    assert _where(tmp_path, "spot-seed3") == "spot-seed3 at 12/30 iterations"
