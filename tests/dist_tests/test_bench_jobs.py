@@ -30,6 +30,7 @@ def _smoke_bench(out: Path, jobs: int) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_runs_at_once_equal_runs_one_at_a_time(tmp_path, capsys, monkeypatch):
     from spotlight.cli import main
 
