@@ -71,8 +71,9 @@ class SamplerConfig:
         start, end = self.sde_window
         if not 0 <= start < end <= self.num_steps:
             raise ValueError(
-                f"sampler.sde_window [{start}, {end}) must satisfy 0 <= start < end <= num_steps"
-                f" ({self.num_steps}): at least one SDE step, inside the denoising steps"
+                f"sampler.sde_window [{start}, {end}) (sde_window_start, sde_window_end) must"
+                f" satisfy 0 <= start < end <= num_steps ({self.num_steps}): at least one SDE"
+                " step, inside the denoising steps"
             )
         if self.window_eta is not None and self.window_eta <= 0:
             raise ValueError(
