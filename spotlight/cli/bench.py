@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from spotlight import interrupts
+from spotlight.bench_jobs import RunFailed
 from spotlight.config import Config
 from spotlight.overrides import apply_overrides
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
@@ -22,11 +23,7 @@ def _bench(args: argparse.Namespace) -> int:
     except interrupts.Interrupted as e:
         e.line = interrupted_line(e.name, args)
         raise
-    except RuntimeError as e:
-        from spotlight.bench_jobs import RunFailed
-
-        if not isinstance(e, RunFailed):
-            raise
+    except RunFailed as e:
         print(f"spotlight: {e}", file=sys.stderr)
         return 1
 

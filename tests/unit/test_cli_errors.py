@@ -93,3 +93,16 @@ def test_ray_options_round_trip_through_json_and_name_what_a_resume_changes():
     # an option the saved file lacks (a run started before it existed) is not reported
     del saved["spill"]
     assert later.changes_from(saved) == ["commit_every: 4 -> 2"]
+
+
+def test_a_failed_bench_run_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
+    from spotlight.bench_jobs import RunFailed
+    from spotlight.cli import bench
+
+    def fail(_args):
+        raise RunFailed("bench run off-seed3 failed (exit code 1); its log: runs/off-seed3")
+
+    monkeypatch.setattr(bench, "_run", fail)
+    assert main(["bench", "exploration", "--recipe", "tiny-smoke", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["spotlight: bench run off-seed3 failed (exit code 1); its log: runs/off-seed3"]
