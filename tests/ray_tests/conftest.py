@@ -1,8 +1,16 @@
-"""Ray tests: a real local Ray per module (helpers here), small recipes, one thread each."""
+"""Ray tests: a real local Ray per module (helpers here), small recipes, one thread each.
+
+The suite may run in several pytest processes (scripts/test.sh, pytest-xdist): a module that
+stops every Ray on the machine (``ray stop --force``; marked ``ray_exclusive``) must not run
+beside another Ray test. Each module holds a lock on a file all processes share for its
+lifetime: shared, or exclusive for a ``ray_exclusive`` module."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +19,21 @@ from spotlight.job.cluster import JOB_ENV
 from spotlight.job.options import local_resources
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests only (see ../shared RAY_NOTES)
+
+
+LOCK_FILE = Path(tempfile.gettempdir()) / f"spotlight-ray-tests-{os.getuid()}.lock"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ray_module_lock(request):
+    """Held while the module runs; before its other module fixtures (autouse ones come first)."""
+    exclusive = request.node.get_closest_marker("ray_exclusive") is not None
+    with open(LOCK_FILE, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="module")

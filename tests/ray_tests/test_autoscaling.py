@@ -25,6 +25,8 @@ from ray_tests.helpers import ray_options, smoke
 from spotlight.actors import names
 from spotlight.scheduling import resources
 
+pytestmark = pytest.mark.ray_exclusive  # no other Ray test beside it (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 AUTOSCALER_V2 = True
 """As cluster.yaml's head runs it (RAY_enable_autoscaler_v2=1)."""
