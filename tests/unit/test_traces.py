@@ -183,3 +183,19 @@ def test_load_trace_reads_a_plus_joined_name_as_the_union_of_shipped_traces():
     assert both.duration_s == min(one.duration_s, two.duration_s)
     for t in (0.0, 3600.0, both.duration_s / 2):
         assert both.capacity_at(t) == one.capacity_at(t) + two.capacity_at(t)
+
+
+def test_the_local_spot_cluster_s_dashboard_moves_off_a_port_in_use():
+    """Two local trace replays (or a test beside one) must not fight over Ray's dashboard port:
+    ``ray.cluster_utils.Cluster`` fails on a port in use instead of moving on."""
+    import socket
+
+    from spotlight.job.local_cluster import dashboard_port
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        other = dashboard_port(busy)
+        assert other != busy and other > 0
+    assert dashboard_port(other) == other  # free again: the preferred port is kept
