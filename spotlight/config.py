@@ -301,7 +301,7 @@ class ExplorationConfig:
             )
         if self.max_candidates < 2 * group:
             raise ValueError(
-                f"exploration.max_candidates ({self.max_candidates}) must be >= 2 x group size"
+                f"exploration.max_candidates ({self.max_candidates}) must be >= 2 x group_size"
                 f" ({2 * group}): exploring only G seeds selects nothing"
             )
         if self.num_buckets < 1 or self.ucb_c < 0 or self.prior_gain < 0:
