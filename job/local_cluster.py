@@ -11,30 +11,17 @@ wait loop.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any, TextIO
 
+from spotlight.ports import free_port
 from spotlight.scheduling import resources
 from spotlight.scheduling.traces import TraceInjector, load_trace, replay_events
 
 DASHBOARD_PORT = 8265
-"""Ray's dashboard port, used when free."""
-
-
-def dashboard_port(preferred: int = DASHBOARD_PORT) -> int:
-    """``preferred`` if nothing listens on it, else a free port: another local Ray on this
-    machine (a second job, or a test beside this one) may hold it, and ``Cluster`` does not
-    move on to the next port by itself as ``ray.init`` does."""
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise OSError("no free port for the dashboard")  # pragma: no cover (bind to 0 fails)
+"""Ray's dashboard port, used when free: another local Ray on this machine (a second job, or
+a test beside this one) may hold it, and ``Cluster`` does not move on to the next port by
+itself as ``ray.init`` does."""
 
 
 class LocalSpotCluster:
@@ -57,7 +44,7 @@ class LocalSpotCluster:
                 # the State API (Ray Train's placement-group cleaner polls it) needs it
                 "include_dashboard": True,
                 "dashboard_host": "127.0.0.1",
-                "dashboard_port": dashboard_port(),
+                "dashboard_port": free_port(DASHBOARD_PORT),
             },
         )
         self.spot_cpus = spot_cpus

@@ -26,18 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from spotlight.ports import free_port
 
 
 def _build_policy(policy: dict[str, Any], state: dict, degree: int):

@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from ray_tests.helpers import ray_options, smoke
 from spotlight.job.options import local_resources
 from spotlight.policies import make_policy
+from spotlight.ports import free_port
 from spotlight.rewards import build_reward
 from spotlight.training.loop import ReferenceLoop
 
@@ -81,21 +82,15 @@ def _assert_trained_once(out: Path, overrides: list[str] = ()) -> None:
         assert got[arm] == pytest.approx(stats, abs=1e-6), arm
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _ray_head():
     """``ray start --head`` with the job's resources and the dashboard (its job server), as on
     a cluster's head node; yields (the GCS address, the job server's address)."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    port, dash = _free_port(), _free_port()
+    port, dash = free_port(), free_port()
     # Every fixed-default port moved off its default, so another Ray on the machine (a local
     # run, a second test session) cannot take the job agent's port.
-    agent, grpc, metrics, env_agent, client = (_free_port() for _ in range(5))
+    agent, grpc, metrics, env_agent, client = (free_port() for _ in range(5))
     resources = json.dumps(local_resources(ray_options()))
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=6",

@@ -190,12 +190,12 @@ def test_the_local_spot_cluster_s_dashboard_moves_off_a_port_in_use():
     ``ray.cluster_utils.Cluster`` fails on a port in use instead of moving on."""
     import socket
 
-    from spotlight.job.local_cluster import dashboard_port
+    from spotlight.ports import free_port
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         busy = held.getsockname()[1]
-        other = dashboard_port(busy)
+        other = free_port(busy)
         assert other != busy and other > 0
-    assert dashboard_port(other) == other  # free again: the preferred port is kept
+    assert free_port(other) == other  # free again: the preferred port is kept
