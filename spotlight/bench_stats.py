@@ -98,8 +98,9 @@ def ratio_of_means(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def paired_report(modes: dict[str, dict[str, Any]], baseline: str = BASELINE) -> dict[str, Any]:
     """Per arm other than ``baseline``, the seeds both ran and the paired statistics:
     ``val_auc_diff_vs_off``, ``iterations_to_target_ratio_vs_off`` (``{mean, lo90, hi90}``), and
-    on how many seeds the arm was ahead. ``modes``: the report's ``modes`` (each with ``runs``
-    holding ``seed``, ``val_auc`` and ``iterations_to_target_censored``)."""
+    on how many seeds the arm was ahead (the keys say ``off`` whatever ``baseline`` is).
+    ``modes``: the report's ``modes`` (each with ``runs`` holding ``seed``, ``val_auc`` and
+    ``iterations_to_target_censored``)."""
     if baseline not in modes:
         return {}
     base = {r["seed"]: r for r in modes[baseline]["runs"]}
@@ -137,3 +138,23 @@ def chosen_arm(paired: dict[str, Any], min_seeds: int = MIN_SEEDS_TO_DECIDE) -> 
         if len(p["paired_seeds"]) >= min_seeds and p["val_auc_diff_vs_off"]["lo90"] > 0
     }
     return max(clear, key=lambda m: (clear[m], m)) if clear else None
+
+
+BANDIT, UNIFORM = "spot", "spot_uniform"
+"""The two planners of one budget: the paper's bandit (std gain) and the even split."""
+
+
+def bandit_beats_uniform(
+    modes: dict[str, dict[str, Any]], min_seeds: int = MIN_SEEDS_TO_DECIDE
+) -> bool | None:
+    """Whether the bandit planner earned its place as the default: ``spot``'s AUC difference to
+    ``spot_uniform`` (paired by seed, the same budget) has a 90% interval above zero. False when
+    ``min_seeds`` paired seeds show no such gain (the default planner is then the even split);
+    None while fewer seeds pair, or a report lacks either arm."""
+    if BANDIT not in modes or UNIFORM not in modes:
+        return None
+    paired = paired_report({UNIFORM: modes[UNIFORM], BANDIT: modes[BANDIT]}, baseline=UNIFORM)
+    got = paired.get(BANDIT)
+    if got is None or len(got["paired_seeds"]) < min_seeds:
+        return None
+    return got["val_auc_diff_vs_off"]["lo90"] > 0

@@ -106,3 +106,16 @@ def test_the_chosen_arm_clears_zero_on_enough_seeds_and_is_the_best_of_those():
     # no arm above zero: none is chosen
     assert bs.chosen_arm(bs.paired_report(_modes({"b": better_but_noisy}))) is None
     assert not math.isnan(paired["a"]["val_auc_diff_vs_off"]["mean"])
+
+
+def test_the_bandit_planner_stays_the_default_only_when_it_beats_the_even_split():
+    steady = [0.01, 0.012, 0.011, 0.009, 0.013, 0.01, 0.011, 0.012]
+    modes = _modes({"spot_uniform": [0.0] * 8, "spot": steady})
+    assert bs.bandit_beats_uniform(modes) is True
+    # ahead of off but level with the even split: not shown, the even split is the default
+    modes = _modes({"spot_uniform": steady, "spot": [x + 0.001 * (-1) ** i for i, x in
+                                                      enumerate(steady)]})  # fmt: skip
+    assert bs.bandit_beats_uniform(modes) is False
+    # too few paired seeds, or an arm missing: undecided
+    assert bs.bandit_beats_uniform(_modes({"spot_uniform": [0.0] * 5, "spot": steady[:5]})) is None
+    assert bs.bandit_beats_uniform(_modes({"spot": steady})) is None

@@ -28,6 +28,14 @@ def test_the_exact_reward_arm_is_the_one_the_power_bench_chose():
     assert bench_stats.chosen_arm(_paired(report)) == EXACT_REWARD_ARM
 
 
+def test_the_default_planner_is_the_bandit_only_while_the_power_bench_does_not_refute_it():
+    """The paper's bandit planner stays the default unless 8 paired seeds show it no better
+    than the even split of the same budget (then ``uniform`` is the default)."""
+    report = json.loads((ROOT / POWER_BENCH).read_text())
+    verdict = bench_stats.bandit_beats_uniform(report["modes"])
+    assert ExplorationConfig().uniform is (verdict is False)
+
+
 def test_the_exact_reward_recipe_runs_that_arm_at_the_bench_budget():
     cfg = get_recipe("tiny-ocr-exact")
     assert cfg.reward == "ocr-exact" and cfg.exploration.budget_seeds == 128
