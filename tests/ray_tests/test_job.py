@@ -1,4 +1,5 @@
-"""The main job end to end on a real local Ray: Serve replicas, Ray Train, detached actors."""
+"""The main job end to end on a real local Ray: Serve replicas, Ray Train, detached actors
+(seed exploration on it: test_job_exploration.py)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ray_tests.helpers import ray_options, smoke
+from ray_tests.helpers import group_noise, metrics_rows, ray_options, smoke
 from spotlight.policies import make_policy
 from spotlight.rewards import build_reward
 from spotlight.scheduling.costs import PriceTable
 from spotlight.training.loop import ReferenceLoop
 
 pytestmark = pytest.mark.slow
-
-
-WAIT_FOR_TRAINER_S = 8.0
-"""Enough for a trainer whose loop ends after its last post to be gone (1.3 s measured)."""
-
-
-def _rows(path):
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines() if x]
 
 
 def test_a_job_the_cluster_can_never_hold_is_refused_before_work(local_ray, tmp_path, monkeypatch):
@@ -75,12 +68,6 @@ def test_a_cluster_without_spot_or_on_demand_marks_is_refused(tmp_path):
     assert "REFUSED" in out.stdout and "'spot' or 'on_demand'" in out.stdout, out.stderr[-2000:]
 
 
-def _group_noise(cfg):
-    import dataclasses
-
-    return dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, group_init_noise=True))
-
-
 def test_a_qwen_image_recipe_runs_through_serve_train_and_actors_as_the_reference_loop(
     local_ray, tmp_path_factory, tmp_path
 ):
@@ -100,7 +87,7 @@ def test_a_qwen_image_recipe_runs_through_serve_train_and_actors_as_the_referenc
     prices = PriceTable(on_demand_usd_per_gpu_h=3.6, spot_discount=0.75)
     summary = run_ray(cfg, tmp_path, opts=ray_options(prices=prices))
 
-    rows = _rows(tmp_path)
+    rows = metrics_rows(tmp_path)
     assert [r["iteration"] for r in rows] == [0, 1]
     assert [r["weights_version"] for r in rows] == [1, 2]
     assert "val_reward" in rows[-1]
@@ -172,7 +159,7 @@ def test_nft_with_an_ema_on_two_sampling_trainer_workers_resumes_as_the_referenc
     from spotlight.flow.old_policy import OldPolicy
     from spotlight.job.run import run_ray
 
-    cfg = _group_noise(_nft_ema(smoke(iterations=2)))
+    cfg = group_noise(_nft_ema(smoke(iterations=2)))
     cfg = dataclasses.replace(cfg, sampler=dataclasses.replace(cfg.sampler, batch_size=1))
     opts = ray_options(num_train_workers=2, num_samplers=1, trainer_samples=True)
     run_ray(dataclasses.replace(cfg, num_iterations=1), tmp_path, opts=opts)
@@ -183,7 +170,7 @@ def test_nft_with_an_ema_on_two_sampling_trainer_workers_resumes_as_the_referenc
     assert f"lease_s: {opts.lease_s!r} -> {longer.lease_s!r}" in log.getvalue()
     saved = json.loads((tmp_path / "ray_options.json").read_text())
     assert saved["lease_s"] == longer.lease_s
-    rows = _rows(tmp_path)
+    rows = metrics_rows(tmp_path)
     assert [r["iteration"] for r in rows] == [0, 1]
     assert [r["loss/nft_old_decay"] for r in rows] == [0.5, 0.9]
     assert any(r["replicas"].get("trainer", 0) >= 1 for r in rows)  # they pulled as trainer
@@ -205,115 +192,3 @@ def test_nft_with_an_ema_on_two_sampling_trainer_workers_resumes_as_the_referenc
     for got, want in zip(old.params, ref.old_policy.params, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert not old.matches(ref.policy)  # the EMA mixed: the sampling policy is not the trained
-
-
-def test_the_local_runner_explores_and_selects_the_seeds_the_ray_job_does(local_ray, tmp_path):
-    """With a fixed budget, spot exploration is the same decisions on both runners: the same
-    candidates on the same weights, the same selected seeds, so the same training. On Ray the
-    exploration of iteration t + 1 runs on the replicas while the trainer trains (one version
-    stale) and picks groups at least as varied as the random ones."""
-    from spotlight.config import ExplorationConfig
-    from spotlight.job.run import run_ray
-    from spotlight.training.run_local import run_local
-
-    explore = ExplorationConfig(mode="spot", budget_seeds=16, max_candidates=8)
-    cfg = smoke(iterations=3, exploration=explore)
-    run_ray(cfg, tmp_path / "ray", opts=ray_options(sampler_idle_priority=False))
-    torch.set_num_threads(1)
-    run_local(cfg, tmp_path / "local")
-    ray_rows, local_rows = _rows(tmp_path / "ray"), _rows(tmp_path / "local")
-    assert [r.get("seeds_explored") for r in ray_rows] == [None, 16, 16]
-    assert "explore_prompts" not in ray_rows[0]  # nothing was explored before the first update
-    for r in ray_rows[1:]:
-        assert r["explore_budget_predicted"] > 0 and r["seeds_explored"] > 0
-        assert r["explore_weights_version"] == r["weights_version"] - 2  # one version stale
-        # The max-variance subset is at least as varied as the random first G seeds.
-        assert r["explored_selected_group_std"] >= r["explored_random_group_std"] - 1e-12
-        assert "rank_spearman_stale_fresh" in r
-    for got, want in zip(ray_rows, local_rows, strict=True):
-        for key in ("explore_prompts", "explore_fallback_prompts", "seeds_explored"):
-            assert got.get(key) == want.get(key), key
-        for key in (
-            "explored_selected_group_std",
-            "explored_random_group_std",
-            "train_reward_mean",
-            "group_reward_std_mean",
-        ):
-            assert got.get(key) == pytest.approx(want.get(key), abs=1e-6), key
-    ray_w = load_file(str(tmp_path / "ray" / "checkpoint" / "policy.safetensors"))
-    local_w = load_file(str(tmp_path / "local" / "checkpoint" / "policy.safetensors"))
-    for k, v in local_w.items():
-        torch.testing.assert_close(ray_w[k], v, atol=1e-6, rtol=1e-5)
-    planners = [
-        json.loads((tmp_path / d / "bandit_state.json").read_text()) for d in ("ray", "local")
-    ]
-    got, want = (p["planner"]["arms"] for p in planners)
-    assert got.keys() == want.keys() and got
-    for k in want:
-        assert got[k] == pytest.approx(want[k], abs=1e-6)
-
-
-def _take_the_last_update_late(monkeypatch, last: int, wait_s: float):
-    """The controller takes the update of iteration ``last`` only once the trainer's run has
-    ended, or after ``wait_s``. The trainer's workers own the objects of the update (its
-    optimizer state), so workers that exit after their last post would fail the run here.
-    Returns the controllers started and the seconds waited."""
-    import time
-
-    from spotlight.job import controller, protocol
-
-    runs, waited = [], []
-    start, await_update = controller.Controller.start, protocol.await_update
-
-    def recording_start(self, resume):
-        runs.append(self)
-        return start(self, resume)
-
-    def late(client, iteration):
-        update = await_update(client, iteration)
-        if iteration == last:
-            t0 = time.monotonic()
-            runs[-1].watch.trainer.thread.join(timeout=wait_s)
-            waited.append(time.monotonic() - t0)
-        return update
-
-    monkeypatch.setattr(controller.Controller, "start", recording_start)
-    monkeypatch.setattr(protocol, "await_update", late)
-    return runs, waited
-
-
-def test_the_critical_path_on_ray_trains_what_the_local_runner_trains(
-    local_ray, tmp_path, monkeypatch
-):
-    """Critical-path exploration on the replicas, its selected samples sent to the trainer as
-    they are (not sampled again), groups sharing their initial noise: the local runner's
-    selection and update. The controller takes the last update late (after the trainer's
-    loop could have ended): the trainer's workers stay until the controller has it, and a
-    resume of the finished run ends at once, its trainer with it."""
-    from spotlight.config import ExplorationConfig
-    from spotlight.job.run import run_ray
-    from spotlight.training.run_local import run_local
-
-    explore = ExplorationConfig(mode="critical_path", max_candidates=8, uniform=True)
-    cfg = _group_noise(smoke(iterations=1, exploration=explore))
-    runs, waited = _take_the_last_update_late(monkeypatch, last=0, wait_s=WAIT_FOR_TRAINER_S)
-    run_ray(cfg, tmp_path / "ray", opts=ray_options())
-    assert waited and waited[0] >= WAIT_FOR_TRAINER_S  # the trainer stayed
-    finished = (tmp_path / "ray" / "checkpoint" / "policy.safetensors").read_bytes()
-    run_ray(cfg, tmp_path / "ray", resume=True, opts=ray_options())
-    assert len(runs) == 2 and not runs[-1].watch.trainer.alive()  # it waited for nothing
-    assert (tmp_path / "ray" / "checkpoint" / "policy.safetensors").read_bytes() == finished
-    torch.set_num_threads(1)
-    run_local(cfg, tmp_path / "local")
-    (got,) = _rows(tmp_path / "ray")
-    (want,) = _rows(tmp_path / "local")
-    assert got["explore_prompts"] == want["explore_prompts"] == 2
-    assert got["seeds_explored"] == want["seeds_explored"] == 16
-    for key in ("explored_selected_group_std", "train_reward_mean", "group_reward_std_mean"):
-        assert got[key] == pytest.approx(want[key], abs=1e-6), key
-    # Trained groups are the selected ones (same weights): their std is the selected std.
-    assert got["group_reward_std_mean"] == pytest.approx(got["explored_selected_group_std"])
-    ray_w = load_file(str(tmp_path / "ray" / "checkpoint" / "policy.safetensors"))
-    local_w = load_file(str(tmp_path / "local" / "checkpoint" / "policy.safetensors"))
-    for k, v in local_w.items():
-        torch.testing.assert_close(ray_w[k], v, atol=1e-6, rtol=1e-5)
