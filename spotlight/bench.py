@@ -255,6 +255,9 @@ def summarize_runs(folders: dict[str, list[Run]], target_delta: float) -> dict[s
         }
     for mode, paired in bench_stats.paired_report(out["modes"]).items():
         out["modes"][mode].update(paired)
+    planner = bench_stats.planner_report(out["modes"])
+    if planner is not None:
+        out["planner"] = planner
     return out
 
 

@@ -144,17 +144,32 @@ BANDIT, UNIFORM = "spot", "spot_uniform"
 """The two planners of one budget: the paper's bandit (std gain) and the even split."""
 
 
-def bandit_beats_uniform(
+def planner_report(
     modes: dict[str, dict[str, Any]], min_seeds: int = MIN_SEEDS_TO_DECIDE
-) -> bool | None:
-    """Whether the bandit planner earned its place as the default: ``spot``'s AUC difference to
-    ``spot_uniform`` (paired by seed, the same budget) has a 90% interval above zero. False when
-    ``min_seeds`` paired seeds show no such gain (the default planner is then the even split);
-    None while fewer seeds pair, or a report lacks either arm."""
+) -> dict[str, Any] | None:
+    """The bandit planner against the even split of the same budget, paired by seed:
+    ``paired_seeds``, ``val_auc_diff_bandit_vs_uniform`` (``{mean, lo90, hi90}``) and
+    ``bandit_beats_uniform``: True when that interval lies above zero on ``min_seeds`` seeds,
+    False when those seeds show no such gain (the default planner is then the even split),
+    None while fewer seeds pair. None when a report lacks either arm or a common seed."""
     if BANDIT not in modes or UNIFORM not in modes:
         return None
     paired = paired_report({UNIFORM: modes[UNIFORM], BANDIT: modes[BANDIT]}, baseline=UNIFORM)
-    got = paired.get(BANDIT)
-    if got is None or len(got["paired_seeds"]) < min_seeds:
+    if BANDIT not in paired:
         return None
-    return got["val_auc_diff_vs_off"]["lo90"] > 0
+    got = paired[BANDIT]
+    diff = got["val_auc_diff_vs_off"]
+    enough = len(got["paired_seeds"]) >= min_seeds
+    return {
+        "paired_seeds": got["paired_seeds"],
+        "val_auc_diff_bandit_vs_uniform": diff,
+        "bandit_beats_uniform": diff["lo90"] > 0 if enough else None,
+    }
+
+
+def bandit_beats_uniform(
+    modes: dict[str, dict[str, Any]], min_seeds: int = MIN_SEEDS_TO_DECIDE
+) -> bool | None:
+    """Whether the bandit planner earned its place as the default (:func:`planner_report`)."""
+    report = planner_report(modes, min_seeds)
+    return None if report is None else report["bandit_beats_uniform"]

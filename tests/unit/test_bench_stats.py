@@ -119,3 +119,12 @@ def test_the_bandit_planner_stays_the_default_only_when_it_beats_the_even_split(
     # too few paired seeds, or an arm missing: undecided
     assert bs.bandit_beats_uniform(_modes({"spot_uniform": [0.0] * 5, "spot": steady[:5]})) is None
     assert bs.bandit_beats_uniform(_modes({"spot": steady})) is None
+
+
+def test_the_planner_report_pairs_the_bandit_with_the_even_split():
+    modes = _modes({"spot_uniform": [0.0, 0.01, 0.02], "spot": [0.01, 0.02, 0.03]})
+    got = bs.planner_report(modes)
+    assert got["paired_seeds"] == [0, 1, 2] and got["bandit_beats_uniform"] is None
+    diff = got["val_auc_diff_bandit_vs_uniform"]
+    assert diff["mean"] == pytest.approx(0.01) and diff["lo90"] == pytest.approx(0.01)
+    assert bs.planner_report(_modes({"rescue": [0.0]})) is None
