@@ -11,6 +11,7 @@ from typing import TextIO
 
 from spotlight import interrupts, progress
 from spotlight.job.options import RayOptions, local_resources
+from spotlight.job.run_watch import CapacityWatch
 from spotlight.scheduling.capacity import NodeType, job_roles, node_types, shortfalls
 
 JOB_ENV = {
@@ -182,6 +183,18 @@ def check_capacity(
         waiting = shortfalls(live_node_types(), roles)
         if waiting:
             progress.line(log, "[spotlight] waiting for the autoscaler: " + "; ".join(waiting))
+
+
+def capacity_watch(
+    opts: RayOptions, reward_gpus: float = 0.0, joined: bool = False, log: TextIO | None = None
+) -> CapacityWatch:
+    """The run's watch on its on-demand roles (:class:`~spotlight.job.run_watch.CapacityWatch`):
+    autoscaled where the driver joined a cluster started by ``ray up``."""
+    roles = job_roles(
+        opts.num_train_workers, opts.num_samplers, opts.workers_per_replica, reward_gpus
+    )
+    autoscaled = joined and autoscaler_config()[0] is not None
+    return CapacityWatch(live_node_types, roles, autoscaled, log)
 
 
 def check_storage(out_dir: Path, joined: bool) -> None:

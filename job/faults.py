@@ -182,7 +182,10 @@ class Striker:
     def _actor_pid(self, class_name: str) -> int:
         from ray.util.state import list_actors
 
-        alive = list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+        # this cluster's State API: its dashboard may not be on Ray's default port
+        # (local_cluster.DASHBOARD_PORT is taken while another local Ray holds it)
+        gcs = ray.get_runtime_context().gcs_address
+        alive = list_actors(address=gcs, filters=[("state", "=", "ALIVE")], limit=1000)
         pids = [a.pid for a in alive if a.class_name.rsplit(":", 1)[-1] == class_name]
         if not pids:
             raise RuntimeError(f"no live {class_name} actor to strike")

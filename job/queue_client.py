@@ -16,9 +16,31 @@ import time
 from typing import Any, TextIO
 
 from spotlight import progress
+from spotlight.job.run_watch import ClusterLost
 
 CALL_RETRIES = 30
 """Attempts, a second apart, of a call to a queue actor that is restarting."""
+
+CALL_TIMEOUT_S = 120.0
+"""The longest the driver waits for one answer of the queue or the broadcast actor (their
+calls return within a wait slice). Longer, the actor is restarting where no node can hold
+it, or its node has stopped answering: the run stops (``ClusterLost``) instead of waiting
+for ever."""
+
+
+def answer(ref, what: str):
+    """``ray.get(ref)``, or :class:`~spotlight.job.run_watch.ClusterLost` naming ``what`` after
+    :data:`CALL_TIMEOUT_S`."""
+    import ray
+
+    try:
+        return ray.get(ref, timeout=CALL_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise ClusterLost(
+            f"{what} has not answered for {CALL_TIMEOUT_S:.0f} s: its node (the one offering"
+            " 'control', the head in cluster.yaml) is gone or too busy to answer. The run stops"
+            " here; run the same command again to resume it once the cluster is back."
+        ) from None
 
 
 class QueueClient:
@@ -46,10 +68,10 @@ class QueueClient:
         q = self.actors.queue
         for attempt in range(CALL_RETRIES):
             try:
-                out = ray.get(getattr(q, method).remote(*args))
+                out = answer(getattr(q, method).remote(*args), "the request queue")
                 if method == "stats" and out.get("run_id") != self.run_id:
                     self._reopen()
-                    out = ray.get(q.stats.remote())
+                    out = answer(q.stats.remote(), "the request queue")
                 return out
             except ray.exceptions.RayActorError:  # restarting (max_restarts=-1): retry
                 if attempt == CALL_RETRIES - 1:
@@ -60,22 +82,20 @@ class QueueClient:
     def open(self) -> bool:
         """Attach the queue to this run with the run's lease and spill policy; True when it
         kept the run's earlier state."""
-        import ray
 
         q = self.actors.queue
-        kept = ray.get(q.open_run.remote(self.run_id))
-        ray.get(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()))
+        kept = answer(q.open_run.remote(self.run_id), "the request queue")
+        answer(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()), "the request queue")
         return kept
 
     def _reopen(self) -> None:
-        import ray
 
         q = self.actors.queue
         self.open()
         outstanding = list(self._outstanding.values())
-        ray.get(q.submit.remote(outstanding))
+        answer(q.submit.remote(outstanding), "the request queue")
         if self._posted is not None:  # the training batch the trainer may still wait for
-            ray.get(q.post.remote(*self._posted))
+            answer(q.post.remote(*self._posted), "the request queue")
         self.restarts += 1
         progress.line(
             self.log,
@@ -86,11 +106,10 @@ class QueueClient:
     def post(self, key: str, value: Any, repost: bool = True) -> None:
         """Post ``value`` under ``key`` in the mailbox; ``repost``: post it again after a queue
         restart until :meth:`answered`."""
-        import ray
 
         if repost:
             self._posted = (key, value)
-        ray.get(self.actors.queue.post.remote(key, value))
+        answer(self.actors.queue.post.remote(key, value), "the request queue")
 
     def answered(self, *keys: str) -> None:
         """Take ``keys`` out of the mailbox: the exchange is over, nothing is re-posted."""
@@ -107,14 +126,15 @@ class QueueClient:
 
     def wait_version(self, version: int) -> None:
         """Wait until the trainer has published weights ``version``."""
-        import ray
 
         from spotlight.scheduling.polling import poll_until
 
         b = self.actors.broadcast
 
         def poll(wait_s: float):
-            return poll_until(lambda: ray.get(b.header.remote(version)), wait_s)
+            return poll_until(
+                lambda: answer(b.header.remote(version), "the weight broadcast"), wait_s
+            )
 
         self.watch.wait(
             f"weights v{version}",

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from spotlight import interrupts, progress
 from spotlight.config import Config
 from spotlight.job.cluster import (
+    capacity_watch,
     check_capacity,
     check_local_machine,
     check_storage,
@@ -105,6 +106,9 @@ def _run_ray(
         )
         check_storage(out_dir, joined=not started_here)
         start, version = ctl.start(resume)
+        ctl.watch.capacity = capacity_watch(
+            opts, opts.scorer_gpus(cfg.reward), joined=not started_here, log=log
+        )
         tracker = Tracker(cfg, out_dir, enabled=opts.wandb, resume=resume)
         if tracker.url:
             progress.line(log, f"[spotlight] W&B run: {tracker.url}")

@@ -12,6 +12,7 @@ import sys
 from spotlight import interrupts
 from spotlight.cli import bench, models, simulate, train
 from spotlight.cli.train import ray_options_from_args
+from spotlight.job.run_watch import ClusterLost
 
 __all__ = ["build_parser", "main", "ray_options_from_args"]
 
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as e:
         print(f"spotlight: error: {e}", file=sys.stderr)  # e.g. an --out that is a file
         return 2
+    except ClusterLost as e:  # a Ray run that cannot go on: why, in one message
+        print(f"spotlight: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `spotlight ... | head`: the reader left; stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail

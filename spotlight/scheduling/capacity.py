@@ -7,7 +7,9 @@ not an error in Ray: it stays pending, the autoscaler logs that it cannot be sch
 the job would wait on its items until they time out. So before anything is deployed the job
 compares its demand with the most its node types could provide once the autoscaler has
 launched every node it may (``max_workers`` of each type, ``cluster.yaml``), and stops with one
-message that names the shortfall.
+message that names the shortfall. During the run :func:`lost_roles` asks the same of the live
+nodes: a cluster that lost the node of an on-demand role and has no autoscaler to replace it
+would otherwise wait on its items until they time out.
 
 The check counts whole units per node: two replicas of 4 GPU workers fit a node that offers 8
 ``sampler_gpu``, three do not. It looks at the custom resources only: Ray's AWS provider fills in
@@ -129,8 +131,11 @@ def most_units(types: list[NodeType], per_unit: Mapping[str, float]) -> int:
     return sum(units_per_node(t.resources, per_unit) * t.max_nodes for t in types)
 
 
-def shortfalls(types: list[NodeType], roles: list[Role]) -> list[str]:
-    """One sentence per role that the node types can never hold (empty: the job fits).
+def shortfalls(
+    types: list[NodeType], roles: list[Role], holder: str = "the node types"
+) -> list[str]:
+    """One sentence per role that the node types can never hold (empty: the job fits);
+    ``holder`` names the node types in it.
 
     Roles ask for different custom resources, so they do not compete with each other here."""
     out = []
@@ -147,7 +152,15 @@ def shortfalls(types: list[NodeType], roles: list[Role]) -> list[str]:
         where = "; ".join(offers) if offers else "no node type offers it"
         out.append(
             f"{role.count} {role.name}{'s' if role.count != 1 else ''} ({role.flag})"
-            f" {'needs' if role.count == 1 else 'need'} {need} each, and the node types can"
+            f" {'needs' if role.count == 1 else 'need'} {need} each, and {holder} can"
             f" hold at most {most} ({where})"
         )
     return out
+
+
+def lost_roles(live: list[NodeType], roles: list[Role]) -> list[str]:
+    """Mid-run: one sentence per on-demand role that the live nodes no longer hold (empty:
+    nothing is lost). Sampler replicas are left out: spot nodes go and come back, and while
+    they are gone the queue spills their items to the on-demand replica."""
+    kept = [r for r in roles if resources.RESOURCE_SAMPLER not in r.per_unit]
+    return shortfalls(live, kept, holder="the live nodes")

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import threading
 import time
 
 import pytest
 import torch
 
-from ray_tests.helpers import ray_options, smoke
+from ray_tests.helpers import metrics_rows, ray_options, smoke
 from spotlight.config import SamplerConfig
 
 pytestmark = pytest.mark.slow
@@ -36,12 +35,8 @@ def _cfg(schedule: str = "sync"):
     )
 
 
-def _rows(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 def _same_learning(a, b):
-    ra, rb = _rows(a), _rows(b)
+    ra, rb = metrics_rows(a), metrics_rows(b)
     assert [r["train_reward_mean"] for r in ra] == [r["train_reward_mean"] for r in rb]
     assert [r.get("val_reward") for r in ra] == [r.get("val_reward") for r in rb]
     assert [r["loss/policy_loss"] for r in ra] == [r["loss/policy_loss"] for r in rb]
@@ -177,7 +172,7 @@ def test_sampler_replicas_with_ulysses_sp_train_like_single_worker_replicas(plai
     while psutil.pid_exists(seen["replaced_by"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not psutil.pid_exists(seen["replaced_by"])
-    ra, rb = _rows(out), _rows(plain_run)
+    ra, rb = metrics_rows(out), metrics_rows(plain_run)
     assert ra[0]["sp_degree_max"] == 2
     assert ra[-1]["sp_degree_max"] == 2  # whole again after the replacement joined
     # SP reorders float sums: equal within tolerance, not bit for bit

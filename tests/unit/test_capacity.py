@@ -8,6 +8,7 @@ from spotlight.scheduling import resources
 from spotlight.scheduling.capacity import (
     NodeType,
     job_roles,
+    lost_roles,
     most_units,
     node_types,
     shortfalls,
@@ -94,3 +95,15 @@ def test_the_reward_deployment_asks_for_its_own_gpu_resource():
     assert on_gpu["num_gpus"] == 1.0 and on_gpu["resources"][R] == 1.0
     on_cpu = reward_scorer("ocr")._bound_deployment.ray_actor_options
     assert "num_gpus" not in on_cpu and R not in on_cpu["resources"]
+
+
+def test_a_run_that_lost_its_trainer_node_is_told_so_and_spot_samplers_are_not_counted():
+    roles = job_roles(2, 4, 1, reward_gpus=1.0)
+    head = NodeType("node 10.0.0.1", {"control": 1, T: 2, R: 1, S: 1}, 1)
+    spot = NodeType("node 10.0.0.2", {S: 1, "spot": 1}, 1)
+    assert lost_roles([head, spot], roles) == []  # 2 of 4 sampler replicas' nodes: not lost
+    without_trainer = NodeType("node 10.0.0.1", {"control": 1, R: 1}, 1)
+    (lost,) = lost_roles([without_trainer, spot], roles)
+    assert lost.startswith("2 trainer workers (--train-workers) need 1 'trainer_gpu' each")
+    assert "the live nodes can hold at most 0 (no node type offers it)" in lost
+    assert lost_roles([spot], roles)[1].startswith("1 model reward (--reward-gpus)")

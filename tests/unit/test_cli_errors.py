@@ -106,3 +106,19 @@ def test_a_failed_bench_run_is_one_line_and_exit_code_1(tmp_path, monkeypatch, c
     assert main(["bench", "exploration", "--recipe", "tiny-smoke", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["spotlight: bench run off-seed3 failed (exit code 1); its log: runs/off-seed3"]
+
+
+def test_a_ray_run_that_lost_its_cluster_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
+    from spotlight.cli import train
+    from spotlight.job.run_watch import ClusterLost
+
+    def lost(*_args):
+        raise ClusterLost("the cluster lost a node the job needs, and it has no autoscaler")
+
+    monkeypatch.setattr(train, "_run", lost)
+    argv = ["train", "--recipe", "tiny-smoke", "--no-wandb", "--out", str(tmp_path / "r")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "spotlight: error: the cluster lost a node the job needs, and it has no autoscaler"
+    ]

@@ -62,7 +62,7 @@ class FakeQueue:
 def queue(monkeypatch):
     import ray
 
-    monkeypatch.setattr(ray, "get", lambda x: x)
+    monkeypatch.setattr(ray, "get", lambda x, timeout=None: x)
     monkeypatch.setattr(ray, "put", lambda x: ("ref", x))
     return FakeQueue()
 
@@ -124,7 +124,7 @@ def test_an_update_whose_objects_died_with_the_worker_is_waited_for_again(queue,
     client = _client(queue)
     dead = {"weights_version": 2, "optimizer": ["dead-ref"]}
 
-    def get(x):
+    def get(x, timeout=None):
         if x == "dead-ref":
             raise ray.exceptions.OwnerDiedError("dead-ref", "", "")
         return x
