@@ -38,8 +38,7 @@ def answer(ref, what: str):
     except ray.exceptions.GetTimeoutError:
         raise ClusterLost(
             f"{what} has not answered for {CALL_TIMEOUT_S:.0f} s: its node (the one offering"
-            " 'control', the head in cluster.yaml) is gone or too busy to answer. The run stops"
-            " here; run the same command again to resume it once the cluster is back."
+            " 'control', the head in cluster.yaml) is gone or too busy to answer"
         ) from None
 
 

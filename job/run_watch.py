@@ -77,8 +77,6 @@ class CapacityWatch:
             raise ClusterLost(
                 "the cluster lost a node the job needs, and it has no autoscaler to replace it: "
                 + "; ".join(lost)
-                + ". The run stops here; run the same command again to resume it once the"
-                " cluster can hold the job."
             )
 
 

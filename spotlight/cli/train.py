@@ -13,6 +13,7 @@ from pathlib import Path
 from spotlight import interrupts
 from spotlight.cli.common import add_price_flags
 from spotlight.config import Config
+from spotlight.job.run_watch import ClusterLost
 from spotlight.overrides import apply_overrides
 from spotlight.recipes import DEFAULT_RECIPE, RECIPES, exploration_note, get_recipe
 from spotlight.scheduling.costs import PriceTable
@@ -41,11 +42,14 @@ def _train(args: argparse.Namespace) -> int:
     else:
         out = Path(args.out or f"runs/{cfg.recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
         resume = False
+    argv = getattr(args, "argv", None) or []
     try:
         return _run(args, cfg, out, resume)
     except interrupts.Interrupted as e:
-        e.line = interrupted_line(e.name, out, getattr(args, "argv", None) or [])
+        e.line = interrupted_line(e.name, out, argv)
         raise
+    except ClusterLost as e:  # what was lost, what is kept, how to go on: in one message
+        raise ClusterLost(f"{e}; the run stopped{what_is_kept(out, argv)}") from None
 
 
 def _run(args: argparse.Namespace, cfg: Config, out: Path, resume: bool) -> int:
@@ -97,6 +101,12 @@ def interrupted_line(signal_name: str, out: Path, argv: list[str]) -> str:
     """The one line an interrupted ``spotlight train`` prints: the checkpoint it keeps and the
     command that continues it (or, before the first checkpoint, the command that starts it
     again)."""
+    return f"spotlight: interrupted ({signal_name}){what_is_kept(out, argv)}"
+
+
+def what_is_kept(out: Path, argv: list[str]) -> str:
+    """The end of the line of a stopped ``spotlight train``: the checkpoint ``out`` keeps and
+    the command that continues it, or the command that starts it again."""
     from spotlight.training.run_folder import CKPT_DIR
 
     state = out / CKPT_DIR / "state.json"
@@ -106,11 +116,11 @@ def interrupted_line(signal_name: str, out: Path, argv: list[str]) -> str:
         named = any(w.split("=", 1)[0] in ("--out", "--resume") for w in argv)
         again = argv if named else [*argv, "--out", str(out)]
         return (
-            f"spotlight: interrupted ({signal_name}) before the first iteration's checkpoint;"
+            " before the first iteration's checkpoint;"
             f" nothing to resume in {out}; start again: spotlight {shlex.join(again)}"
         )
     return (
-        f"spotlight: interrupted ({signal_name}); kept {out / CKPT_DIR} after iteration {done};"
+        f"; kept {out / CKPT_DIR} after iteration {done};"
         f" resume: spotlight {shlex.join(resume_argv(argv, out))}"
     )
 

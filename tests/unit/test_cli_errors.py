@@ -109,6 +109,10 @@ def test_a_failed_bench_run_is_one_line_and_exit_code_1(tmp_path, monkeypatch, c
 
 
 def test_a_ray_run_that_lost_its_cluster_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
+    """What was lost, what the run folder keeps and the command that goes on, as an interrupt
+    says them."""
+    import json
+
     from spotlight.cli import train
     from spotlight.job.run_watch import ClusterLost
 
@@ -116,9 +120,20 @@ def test_a_ray_run_that_lost_its_cluster_is_one_line_and_exit_code_1(tmp_path, m
         raise ClusterLost("the cluster lost a node the job needs, and it has no autoscaler")
 
     monkeypatch.setattr(train, "_run", lost)
-    argv = ["train", "--recipe", "tiny-smoke", "--no-wandb", "--out", str(tmp_path / "r")]
+    out = tmp_path / "r"
+    argv = ["train", "--recipe", "tiny-smoke", "--no-wandb", "--out", str(out)]
     assert main(argv) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
-        "spotlight: error: the cluster lost a node the job needs, and it has no autoscaler"
-    ]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "spotlight: error: the cluster lost a node the job needs, and it has no autoscaler;"
+        f" the run stopped before the first iteration's checkpoint; nothing to resume in {out};"
+        f" start again: spotlight train --recipe tiny-smoke --no-wandb --out {out}"
+    )
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "state.json").write_text(json.dumps({"iterations_done": 3}))
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        f"; the run stopped; kept {out / 'checkpoint'} after iteration 3;"
+        f" resume: spotlight train --resume {out} --no-wandb"
+    )
