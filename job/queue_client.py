@@ -81,14 +81,12 @@ class QueueClient:
     def open(self) -> bool:
         """Attach the queue to this run with the run's lease and spill policy; True when it
         kept the run's earlier state."""
-
         q = self.actors.queue
         kept = answer(q.open_run.remote(self.run_id), "the request queue")
         answer(q.configure.remote(self.opts.lease_s, self.opts.spill_policy()), "the request queue")
         return kept
 
     def _reopen(self) -> None:
-
         q = self.actors.queue
         self.open()
         outstanding = list(self._outstanding.values())
@@ -105,7 +103,6 @@ class QueueClient:
     def post(self, key: str, value: Any, repost: bool = True) -> None:
         """Post ``value`` under ``key`` in the mailbox; ``repost``: post it again after a queue
         restart until :meth:`answered`."""
-
         if repost:
             self._posted = (key, value)
         answer(self.actors.queue.post.remote(key, value), "the request queue")
@@ -125,7 +122,6 @@ class QueueClient:
 
     def wait_version(self, version: int) -> None:
         """Wait until the trainer has published weights ``version``."""
-
         from spotlight.scheduling.polling import poll_until
 
         b = self.actors.broadcast
