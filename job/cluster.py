@@ -171,9 +171,7 @@ def check_capacity(
             " resource (start it from cluster.yaml, or mark nodes with"
             " `ray start --resources '{\"on_demand\": 1, ...}'`)"
         )
-    roles = job_roles(
-        opts.num_train_workers, opts.num_samplers, opts.workers_per_replica, reward_gpus
-    )
+    roles = _roles(opts, reward_gpus)
     if trace:  # the trace adds the sampler nodes; the replicas wait for them
         roles = [r for r in roles if resources.RESOURCE_SAMPLER not in r.per_unit]
     missing = shortfalls(types, roles)
@@ -190,11 +188,15 @@ def capacity_watch(
 ) -> CapacityWatch:
     """The run's watch on its on-demand roles (:class:`~spotlight.job.run_watch.CapacityWatch`):
     autoscaled where the driver joined a cluster started by ``ray up``."""
-    roles = job_roles(
+    autoscaled = joined and autoscaler_config()[0] is not None
+    return CapacityWatch(live_node_types, _roles(opts, reward_gpus), autoscaled, log)
+
+
+def _roles(opts: RayOptions, reward_gpus: float):
+    """What the job asks of the cluster (``capacity.job_roles``), from its options."""
+    return job_roles(
         opts.num_train_workers, opts.num_samplers, opts.workers_per_replica, reward_gpus
     )
-    autoscaled = joined and autoscaler_config()[0] is not None
-    return CapacityWatch(live_node_types, roles, autoscaled, log)
 
 
 def check_storage(out_dir: Path, joined: bool) -> None:
