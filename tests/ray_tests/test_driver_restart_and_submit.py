@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -92,8 +94,14 @@ def _ray_head():
     # run, a second test session) cannot take the job agent's port.
     agent, grpc, metrics, env_agent, client = (free_port() for _ in range(5))
     resources = json.dumps(local_resources(ray_options()))
+    # Its own temp dir: a job's driver joins the cluster named by the temp dir's
+    # ray_current_cluster file (Ray's job supervisor resolves "auto" there), which a Ray started
+    # later on this machine with the default temp dir (another test's) would overwrite. A
+    # short path: Ray's socket paths live under it.
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=6",
+         f"--temp-dir={temp_dir}",
          f"--resources={resources}", "--include-dashboard=true", f"--dashboard-port={dash}",
          f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={grpc}",
          f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={env_agent}",
@@ -120,6 +128,7 @@ def _ray_head():
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _wait_for_job_server(submit: list[str], answer: dict) -> None:
