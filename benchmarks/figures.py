@@ -19,11 +19,14 @@ files it writes) and a ``[[figures]]`` entry per quoted sentence:
   exactly, unless ``tol`` (absolute) or ``rtol`` (relative) allows a difference (timings).
 
 ``--check`` (the default) only compares; ``--regenerate`` runs the selected set's commands first.
+``--command NAME ...`` narrows either to those commands (the long set takes hours: it can be
+run one command at a time, each result committed as it lands); ``--list`` prints the commands.
 Numbers in the docs that no entry registers are not checked. Exit 1 names each failing figure:
 its file, line, sentence and both values.
 
     python benchmarks/figures.py --check                 # every registered figure
     python benchmarks/figures.py --regenerate --set quick
+    python benchmarks/figures.py --regenerate --command default-run default-run-heldout
 """
 
 from __future__ import annotations
@@ -212,22 +215,43 @@ def check_figure(fig: dict[str, Any], commands: dict[str, Any], root: Path) -> l
     return failures
 
 
-def check(reg: dict[str, Any], which: str, root: Path = ROOT) -> list[Failure]:
-    """Every failure among the registered figures of set ``which`` (quick, long or all)."""
+def selected(reg: dict[str, Any], which: str, names: list[str] | None = None) -> list[str]:
+    """The commands of set ``which`` (quick, long or all), in the registry's order; only
+    ``names`` among them when given.
+
+    Raises:
+        ValueError: a name that no command has, naming the known ones.
+    """
     commands = reg.get("commands", {})
+    unknown = sorted(set(names or ()) - set(commands))
+    if unknown:
+        raise ValueError(f"no command {', '.join(unknown)}; known: {', '.join(commands)}")
+    return [
+        name
+        for name, cmd in commands.items()
+        if which in ("all", cmd["set"]) and (names is None or name in names)
+    ]
+
+
+def check(
+    reg: dict[str, Any], which: str, root: Path = ROOT, names: list[str] | None = None
+) -> list[Failure]:
+    """Every failure among the registered figures of the selected commands (:func:`selected`)."""
+    commands, chosen = reg.get("commands", {}), set(selected(reg, which, names))
     failures = []
     for fig in reg.get("figures", []):
-        if which in ("all", commands[fig["command"]]["set"]):
+        if fig["command"] in chosen:
             failures += check_figure(fig, commands, root)
     return failures
 
 
-def regenerate(reg: dict[str, Any], which: str) -> None:
-    """Run the selected set's commands, from the repository root, one after the other."""
-    for name, cmd in reg.get("commands", {}).items():
-        if which in ("all", cmd["set"]):
-            print(f"[figures] {name}: {cmd['run']}", flush=True)
-            subprocess.run(cmd["run"], shell=True, cwd=ROOT, check=True)
+def regenerate(reg: dict[str, Any], which: str, names: list[str] | None = None) -> None:
+    """Run the selected commands (:func:`selected`), from the repository root, one after the
+    other."""
+    for name in selected(reg, which, names):
+        cmd = reg["commands"][name]
+        print(f"[figures] {name}: {cmd['run']}", flush=True)
+        subprocess.run(cmd["run"], shell=True, cwd=ROOT, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,22 +260,32 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="compare only (the default)")
     mode.add_argument("--regenerate", action="store_true", help="run the commands, then check")
+    mode.add_argument("--list", action="store_true", help="print the commands and their sets")
+    parser.add_argument(
+        "--command", nargs="+", metavar="NAME", help="only these commands (see --list)"
+    )
     parser.add_argument(
         "--root", type=Path, default=ROOT, help="the tree whose docs and JSON are checked"
     )
     args = parser.parse_args(argv)
     reg = load_registry()
+    try:
+        names = selected(reg, args.which, args.command)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.list:
+        for name in names:
+            cmd = reg["commands"][name]
+            print(f"{name} ({cmd['set']}): {cmd['run']}")
+        return 0
     if args.regenerate:
-        regenerate(reg, args.which)
-    failures = check(reg, args.which, args.root)
-    figures = [
-        f
-        for f in reg.get("figures", [])
-        if args.which in ("all", reg["commands"][f["command"]]["set"])
-    ]
+        regenerate(reg, args.which, args.command)
+    failures = check(reg, args.which, args.root, args.command)
+    figures = [f for f in reg.get("figures", []) if f["command"] in names]
     for failure in failures:
         print(failure)
-    print(f"[figures] {len(figures)} figure(s) of set {args.which}: {len(failures)} failure(s)")
+    scope = f"command(s) {', '.join(names)}" if args.command else f"set {args.which}"
+    print(f"[figures] {len(figures)} figure(s) of {scope}: {len(failures)} failure(s)")
     return 1 if failures else 0
 
 

@@ -79,6 +79,22 @@ def test_a_json_that_moved_fails_naming_it(tree, capsys):
     )
 
 
+def test_commands_narrow_the_check_to_their_figures(tree, capsys):
+    _edit(tree / "README.md", "all 20 recovered (median", "all 21 recovered (median")
+    root = ["--root", str(tree)]
+    assert FIGURES["main"](["--check", "--command", "default-run", "soak", *root]) == 0
+    out = capsys.readouterr().out
+    assert "of command(s) default-run, soak: 0 failure(s)" in out
+    assert FIGURES["main"](["--check", "--command", "chaos", *root]) == 1
+    assert "recovered: the doc says 21" in capsys.readouterr().out
+    assert FIGURES["main"](["--list", "--set", "quick"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed and all(" (quick): " in line for line in listed)
+    with pytest.raises(SystemExit):  # an unknown name is refused before anything runs
+        FIGURES["main"](["--regenerate", "--command", "no-such-command"])
+    assert "no command no-such-command; known: sim-windows" in capsys.readouterr().err
+
+
 def test_quotes_match_across_line_breaks_and_read_only_named_numbers():
     regex, names = FIGURES["quote_regex"]("went {a} -> **{b}** in {_} iterations")
     match = regex.search("it went 0.218 ->\n**0.335** in 40 iterations")
