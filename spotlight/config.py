@@ -240,8 +240,11 @@ class ExplorationConfig:
     """Planner: weight of the UCB exploration bonus (in units of reward std)."""
     prior_gain: float = 0.05
     """Planner: optimistic gain of a never-observed arm (reward std per chunk)."""
-    uniform: bool = False
-    """Planner ablation: spread the budget evenly instead of by learned gains."""
+    uniform: bool = True
+    """Planner: spread the budget evenly over the prompts (the default: on the exploration
+    power bench, docs/benchmarks.md, the bandit did not beat the even split of the same budget;
+    ``tests/unit/test_exploration_default.py`` holds the default to that report). False: the
+    paper's bandit gives each chunk of seeds to where its learned gain is highest."""
     planner_gain: str = "std"
     """What the planner learns a chunk of explored seeds is worth (spotlight/explore/planner.py):
     'std': the rise of the selected group's reward std; 'live': 1 where the chunk turns a

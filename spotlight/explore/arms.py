@@ -33,8 +33,9 @@ POWER_BENCH = "docs/bench/exploration-ocr-mini-exact-power.json"
 EXACT_REWARD_ARM: str | None = None
 """The arm :func:`spotlight.bench_stats.chosen_arm` picks on :data:`POWER_BENCH` (a test holds
 them equal): the best arm whose AUC difference to ``off`` has a 90% interval above zero on 8
-paired seeds. None while no arm has shown that: ``tiny-ocr-exact`` then explores with the
-standing defaults (``spot``), to exercise the system rather than to train faster."""
+paired seeds. None when no arm has shown that: ``tiny-ocr-exact`` then explores with the
+standing defaults (the even split, ``spot_uniform``'s fields), to exercise the system rather
+than to train faster."""
 
 
 def with_arm(exploration: ExplorationConfig, arm: str) -> ExplorationConfig:

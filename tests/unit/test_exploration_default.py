@@ -39,11 +39,13 @@ def test_the_default_planner_is_the_bandit_only_while_the_power_bench_does_not_r
 def test_the_exact_reward_recipe_runs_that_arm_at_the_bench_budget():
     cfg = get_recipe("tiny-ocr-exact")
     assert cfg.reward == "ocr-exact" and cfg.exploration.budget_seeds == 128
-    arm = EXACT_REWARD_ARM or "spot"  # no arm shown: the standing defaults, which are spot's
-    assert cfg.exploration == with_arm(cfg.exploration, arm)
     standing = ExplorationConfig()
-    assert {k: getattr(standing, k) for k in ARMS["spot"] if k != "mode"} == {
-        k: v for k, v in ARMS["spot"].items() if k != "mode"
+    # no arm shown: the standing defaults, the bandit's or (refuted) the even split's
+    default_arm = "spot_uniform" if standing.uniform else "spot"
+    arm = EXACT_REWARD_ARM or default_arm
+    assert cfg.exploration == with_arm(cfg.exploration, arm)
+    assert {k: getattr(standing, k) for k in ARMS[default_arm] if k != "mode"} == {
+        k: v for k, v in ARMS[default_arm].items() if k != "mode"
     }
     # the rest of the run is the default recipe's
     plain = get_recipe("tiny-ocr")
@@ -75,7 +77,7 @@ def test_a_run_of_a_shipped_recipe_says_why_it_explores():
     assert graded is not None and "to exercise the system" in graded
     exact = exploration_note(get_recipe("tiny-ocr-exact"))
     if EXACT_REWARD_ARM is None:
-        assert exact is not None and "has not shown a gain" in exact
+        assert exact is not None and "no arm's gain over no exploration cleared zero" in exact
     else:
         assert exact is not None and repr(EXACT_REWARD_ARM) in exact
     # a run whose reward or exploration the user changed is not the recipe's: no note

@@ -29,7 +29,7 @@ def test_allocation_respects_budget_and_limits():
 
 
 def test_learned_gains_steer_the_budget_to_where_exploring_pays():
-    p = Planner(ExplorationConfig(max_candidates=32, ucb_c=0.0), group=4)
+    p = Planner(ExplorationConfig(max_candidates=32, ucb_c=0.0, uniform=False), group=4)
     for _ in range(5):
         p.observe("hard", [0.0] * 12)  # all-zero prompts: exploring adds nothing
         p.observe("mixed", [0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 0.5, 0.5, 0.2, 0.9, 0.5, 0.5])
@@ -101,7 +101,9 @@ def test_live_gains_count_the_chunks_that_rescue_a_dead_group():
     std = Planner(ExplorationConfig(max_candidates=8), group=2)
     assert std.chunk_gains([0.5, 0.4, 0.0, 1.0]) == pytest.approx([0.45])
     # so the live planner sends the budget to prompts whose groups die, not to live ones
-    live = Planner(ExplorationConfig(max_candidates=16, ucb_c=0.0, planner_gain="live"), group=4)
+    live = Planner(
+        ExplorationConfig(max_candidates=16, ucb_c=0.0, planner_gain="live", uniform=False), group=4
+    )
     for _ in range(5):
         live.observe("rare", [0.0] * 4 + [1.0] + [0.0] * 7)  # right for one seed in twelve
         live.observe("mixed", [0.0, 1.0] * 6)
