@@ -248,7 +248,7 @@ def _add_progress_flags(sim: argparse.ArgumentParser) -> None:
         default=None,
         metavar="K",
         help=f"k of --signal (defaults: live_groups {defaults.live_exponent:.3g}, fitted on the"
-        f" OCR-mini exact-reward bench; contrast {defaults.contrast_exponent:.3g}, on the"
+        f" OCR-mini exploration power bench; contrast {defaults.contrast_exponent:.3g}, on the"
         " graded-reward benches; docs/simulator.md)",
     )
     sim.add_argument(
