@@ -33,7 +33,7 @@ def test_the_docs_figures_match_their_json(which, capsys):
 
 
 def test_a_number_changed_by_hand_fails_naming_file_sentence_and_both_values(tree, capsys):
-    _edit(tree / "README.md", "14 runs, 1.05-1.55x)", "14 runs, 1.05-1.56x)")
+    _edit(tree / "README.md", "14 runs, 1.04-1.55x)", "14 runs, 1.04-1.56x)")
     assert FIGURES["main"](["--check", "--set", "quick", "--root", str(tree)]) == 1
     out = capsys.readouterr().out
     line = next(
@@ -46,10 +46,10 @@ def test_a_number_changed_by_hand_fails_naming_file_sentence_and_both_values(tre
 
 
 def test_a_number_in_a_wrapped_sentence_of_another_doc_fails_too(tree, capsys):
-    _edit(tree / "docs" / "usage.md", "had 1.36x the reward std", "had 1.37x the reward std")
+    _edit(tree / "docs" / "usage.md", "had 1.38x the reward std", "had 1.37x the reward std")
     assert FIGURES["main"](["--check", "--set", "long", "--root", str(tree)]) == 1
     out = capsys.readouterr().out
-    assert "docs/usage.md:" in out and "ratio: the doc says 1.37" in out and "gives 1.36" in out
+    assert "docs/usage.md:" in out and "ratio: the doc says 1.37" in out and "gives 1.38" in out
     assert "the 8 the planner kept had 1.37x the reward std" in out
 
 
