@@ -4,9 +4,9 @@
 #                              0: the whole suite in one process, no pytest-xdist).
 # With no arguments, the suite runs as two pytest commands at once: tests/ray_tests and
 # tests/dist_tests in N processes, each test file whole in one of them (its local Ray is
-# started once), after the module marked ray_exclusive has run alone; tests/unit and
-# tests/gpu in one more process at a lower CPU priority (nice 10), so that it takes the CPU
-# time the Ray tests' waits leave and not the time their Ray daemons need. Its output follows theirs. With arguments (`-k sampler`, a path), one
+# started once); tests/unit and tests/gpu in one more process at a lower CPU priority
+# (nice 10), so that it takes the CPU time the Ray tests' waits leave and not the time their
+# Ray daemons need. Its output follows theirs. With arguments (`-k sampler`, a path), one
 # pytest command runs them in N processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,14 +33,9 @@ UNIT=$!
 trap 'kill "$UNIT" 2>/dev/null || true; rm -f "$LOG"' EXIT
 trap 'exit 130' INT TERM # Ctrl-C: stop both (the background pytest does not get the SIGINT)
 echo "[test] pytest tests/unit tests/gpu (one process, nice 10; its output follows)"
-echo "[test] pytest tests/ray_tests tests/dist_tests ($WORKERS processes, after the exclusive module)"
+echo "[test] pytest tests/ray_tests tests/dist_tests ($WORKERS processes)"
 RAY_RC=0
-# A module that stops every Ray on the machine runs alone first: beside the others it waits for
-# a moment when no other Ray test runs (conftest.py's lock), which took 2-4 minutes.
-echo "[test] pytest -m ray_exclusive tests/ray_tests (alone: it stops every Ray on the machine)"
-"$VENV/bin/pytest" -m ray_exclusive tests/ray_tests || RAY_RC=$?
-"$VENV/bin/pytest" -n "$WORKERS" --dist loadfile -m "not ray_exclusive" tests/ray_tests \
-  tests/dist_tests || RAY_RC=$?
+"$VENV/bin/pytest" -n "$WORKERS" --dist loadfile tests/ray_tests tests/dist_tests || RAY_RC=$?
 UNIT_RC=0
 wait "$UNIT" || UNIT_RC=$?
 echo "[test] pytest tests/unit tests/gpu"
