@@ -30,4 +30,8 @@ def test_a_local_run_prints_only_the_project_s_lines_and_ray_s_go_to_ray_log(tmp
     assert "Started a local Ray instance" in ray_log  # the driver's Ray logger
     assert "(TrainController pid=" in ray_log  # forwarded worker output
     # The cause of the noise: Ray Train's cleaner polls the State API, which needs the dashboard.
-    assert "Failed to query Ray Train Controller actor state" not in ray_log
+    # With another local Ray up (another test's, in the other pytest process) the cleaner's
+    # State API client may join that one instead, Ray's "latest cluster" rule, and fail there:
+    # that says nothing of this run's dashboard.
+    if "Found multiple active Ray instances" not in ray_log:
+        assert "Failed to query Ray Train Controller actor state" not in ray_log
