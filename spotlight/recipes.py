@@ -289,10 +289,14 @@ def exploration_note(cfg: Config) -> str | None:
     if (cfg.reward, cfg.exploration) != (own.reward, own.exploration):
         return None
     if cfg.recipe == "tiny-ocr":
+        exact = (
+            "nor on the exact-match reward at this budget"
+            if EXACT_REWARD_ARM is None
+            else "the exact-match reward is where it pays (--recipe tiny-ocr-exact)"
+        )
         return (
             "seed exploration is on to exercise the system: on this graded reward it buys no"
-            " iterations (docs/benchmarks.md); the exact-match reward is where it can pay"
-            " (--recipe tiny-ocr-exact)"
+            f" iterations, {exact} (docs/benchmarks.md)"
         )
     if cfg.recipe == "tiny-ocr-exact" and EXACT_REWARD_ARM is None:
         return (

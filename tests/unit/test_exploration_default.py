@@ -75,6 +75,8 @@ def test_a_run_of_a_shipped_recipe_says_why_it_explores():
 
     graded = exploration_note(get_recipe("tiny-ocr"))
     assert graded is not None and "to exercise the system" in graded
+    # the graded recipe's note speaks of the exact-match reward as the power bench found it
+    assert ("nor on the exact-match reward" in graded) == (EXACT_REWARD_ARM is None)
     exact = exploration_note(get_recipe("tiny-ocr-exact"))
     if EXACT_REWARD_ARM is None:
         assert exact is not None and "no arm's gain over no exploration cleared zero" in exact
