@@ -30,6 +30,7 @@ def _pretrain(args: argparse.Namespace) -> int:
         arch=_arch(args.arch),
         stage_samples=args.stage_samples,
         state_every_s=args.state_every_s,
+        precision=args.precision,
     )
     dtype = {"float32": torch.float32, "float16": torch.float16}[args.save_dtype]
     paths = pretrain(cfg, Path(args.out), device=args.device, log=sys.stdout, save_dtype=dtype)
@@ -115,6 +116,13 @@ def _add_pretrain_parser(sub, task_names: tuple[str, ...]) -> None:
     )
     pre.add_argument("--warmup-steps", type=int, default=200)
     pre.add_argument("--save-dtype", choices=["float32", "float16"], default="float32")
+    pre.add_argument(
+        "--precision",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="bfloat16: forward and backward under autocast (weights stay float32); fast where "
+        "the hardware has bfloat16 matrix instructions",
+    )
     pre.add_argument(
         "--arch",
         nargs="*",

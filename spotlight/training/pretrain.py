@@ -37,6 +37,7 @@ from spotlight.policies.tiny import TinyConfig, TinyPolicy
 from spotlight.tasks import Task, get_task
 
 LOG_EVERY_STEPS = 100
+PRECISIONS = ("float32", "bfloat16")
 STATE_FILE = "pretrain-state.pt"
 """The resumable state of a run, in its output folder."""
 ARCH_KEYS = ("patch", "num_layers", "num_heads", "head_dim", "text_dim")
@@ -93,11 +94,17 @@ class PretrainConfig:
     command goes on from there."""
     state_every_s: float = 600.0
     """Commit the resumable state at least this often (seconds)."""
+    precision: str = "float32"
+    """``bfloat16``: the forward and backward pass under ``torch.autocast`` in bfloat16 (matrix
+    products in bfloat16; weights, EMA and optimizer stay float32). Fast only where the hardware
+    has bfloat16 matrix instructions (a GPU, a CPU with AVX512-BF16 or AMX)."""
 
     def validate(self) -> None:
         task_model_config(get_task(self.task), **self.arch)
         if self.init and self.warm_start:
             raise ValueError("init and warm_start are exclusive: init loads the same architecture")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.stage_samples < 0 or self.state_every_s <= 0:
             raise ValueError("stage_samples must be >= 0 and state_every_s > 0")
         if self.num_samples < self.batch_size or self.batch_size < 1:
@@ -145,7 +152,7 @@ def _conditioning(policy: TinyPolicy, prompts: list[str], drop: torch.Tensor) ->
 
 RESULT_FIELDS = (
     *("task", "num_samples", "batch_size", "learning_rate", "warmup_steps", "ema_decay"),
-    *("init", "warm_start", "p_uncond", "seed", "arch"),
+    *("init", "warm_start", "p_uncond", "seed", "arch", "precision"),
 )
 """The settings a run's weights depend on: a resumed run must have the same."""
 
@@ -272,7 +279,9 @@ class _Trainee:
         for group in self.opt.param_groups:
             group["lr"] = cfg.learning_rate * _lr_factor(step, cfg.warmup_steps, total_steps)
         x0 = x0.to(self.gen.device, non_blocking=True)
-        loss = _flow_loss(self.policy, prompts, x0, cfg, self.gen)
+        device_type = self.gen.device.type
+        with torch.autocast(device_type, torch.bfloat16, enabled=cfg.precision == "bfloat16"):
+            loss = _flow_loss(self.policy, prompts, x0, cfg, self.gen)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
@@ -323,7 +332,8 @@ def _resume(out_dir: Path, cfg: PretrainConfig, run: _Trainee, log) -> tuple[int
     state = torch.load(path, map_location="cpu", weights_only=True)
     saved = json.loads(state["config"])
     mine = dataclasses.asdict(cfg)
-    differ = [k for k in RESULT_FIELDS if saved.get(k) != mine[k]]
+    defaults = dataclasses.asdict(PretrainConfig(task=cfg.task))  # a field added since
+    differ = [k for k in RESULT_FIELDS if saved.get(k, defaults[k]) != mine[k]]
     if differ:
         raise ValueError(
             f"{path} is a run with other settings ({', '.join(differ)}: "

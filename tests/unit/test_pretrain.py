@@ -115,6 +115,32 @@ def test_a_state_of_other_settings_is_refused_by_name(tmp_path):
     assert pretrain(_tiny_run(stage_samples=8, num_workers=1), tmp_path) == []
 
 
+def test_bfloat16_autocast_trains_other_weights_and_resumes_bit_for_bit(tmp_path):
+    import json
+
+    whole = pretrain(_tiny_run(precision="bfloat16"), tmp_path / "whole")
+    plain = pretrain(_tiny_run(), tmp_path / "plain")
+    bf16, fp32 = _weights(whole[0]), _weights(plain[0])
+    assert all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in bf16.values())
+    assert not _equal(bf16, fp32)  # the products did run in bfloat16
+    staged = tmp_path / "staged"
+    pretrain(_tiny_run(precision="bfloat16", stage_samples=24), staged)
+    with pytest.raises(ValueError, match=r"precision: 'bfloat16' != 'float32'"):
+        pretrain(_tiny_run(), staged)
+    last = pretrain(_tiny_run(precision="bfloat16", stage_samples=24), staged)
+    assert _equal(_weights(last[0]), bf16)
+    # a state written before the field existed resumes as the default, float32
+    old = tmp_path / "old"
+    pretrain(_tiny_run(stage_samples=24), old)
+    state = torch.load(old / STATE_FILE, weights_only=True)
+    config = json.loads(state["config"])
+    del config["precision"]
+    torch.save({**state, "config": json.dumps(config)}, old / STATE_FILE)
+    assert _equal(_weights(pretrain(_tiny_run(), old)[0]), fp32)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        _tiny_run(precision="float16").validate()
+
+
 def test_the_architecture_can_differ_from_the_tasks_default(tmp_path):
     (path,) = pretrain(_tiny_run(num_samples=8, arch={"patch": 2, "num_layers": 2}), tmp_path)
     config = TinyPolicy.load(path).config
