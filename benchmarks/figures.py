@@ -245,13 +245,18 @@ def check(
     return failures
 
 
-def regenerate(reg: dict[str, Any], which: str, names: list[str] | None = None) -> None:
+def regenerate(reg: dict[str, Any], which: str, names: list[str] | None = None) -> str | None:
     """Run the selected commands (:func:`selected`), from the repository root, one after the
-    other."""
-    for name in selected(reg, which, names):
+    other; stop at the first that fails and return a line saying which (None if all ran)."""
+    chosen = selected(reg, which, names)
+    for i, name in enumerate(chosen):
         cmd = reg["commands"][name]
         print(f"[figures] {name}: {cmd['run']}", flush=True)
-        subprocess.run(cmd["run"], shell=True, cwd=ROOT, check=True)
+        code = subprocess.run(cmd["run"], shell=True, cwd=ROOT).returncode
+        if code != 0:
+            rest = f"; not run: {', '.join(chosen[i + 1 :])}" if chosen[i + 1 :] else ""
+            return f"[figures] {name} failed (exit {code}; its output is above){rest}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} ({cmd['set']}): {cmd['run']}")
         return 0
     if args.regenerate:
-        regenerate(reg, args.which, args.command)
+        failed = regenerate(reg, args.which, args.command)
+        if failed:
+            print(failed)
+            return 1
     failures = check(reg, args.which, args.root, args.command)
     figures = [f for f in reg.get("figures", []) if f["command"] in names]
     for failure in failures:

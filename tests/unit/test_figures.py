@@ -95,6 +95,23 @@ def test_commands_narrow_the_check_to_their_figures(tree, capsys):
     assert "no command no-such-command; known: sim-windows" in capsys.readouterr().err
 
 
+def test_a_failed_command_stops_the_regenerate_naming_it_and_what_was_not_run(tmp_path):
+    ran = tmp_path / "ran"
+    reg = {
+        "commands": {
+            "first": {"set": "long", "run": f"echo 1 >> {ran}"},
+            "broken": {"set": "long", "run": "exit 3"},
+            "after": {"set": "long", "run": f"echo 2 >> {ran}"},
+            "later": {"set": "long", "run": f"echo 3 >> {ran}"},
+        }
+    }
+    line = FIGURES["regenerate"](reg, "long")
+    assert line == "[figures] broken failed (exit 3; its output is above); not run: after, later"
+    assert ran.read_text() == "1\n"
+    assert FIGURES["regenerate"](reg, "long", ["first", "after"]) is None
+    assert ran.read_text() == "1\n1\n2\n"
+
+
 def test_quotes_match_across_line_breaks_and_read_only_named_numbers():
     regex, names = FIGURES["quote_regex"]("went {a} -> **{b}** in {_} iterations")
     match = regex.search("it went 0.218 ->\n**0.335** in 40 iterations")
