@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +193,7 @@ def pretrain(
         num_workers=cfg.num_workers,
         pin_memory=device.startswith("cuda"),
         persistent_workers=cfg.num_workers > 0,
+        worker_init_fn=_leave_signals_to_the_main_process,
     )
     save_at = {s // cfg.batch_size for s in cfg.checkpoint_at if s < cfg.num_samples}
     save_at.add(total_steps)
@@ -353,6 +355,14 @@ def _save_state(out_dir: Path, cfg: PretrainConfig, step: int, run: _Trainee, se
     tmp = out_dir / (STATE_FILE + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, out_dir / STATE_FILE)
+
+
+def _leave_signals_to_the_main_process(_worker_id: int) -> None:
+    """A loader worker ignores SIGINT and SIGTERM: sent to the whole process group (Ctrl-C, a
+    scheduler's stop, ``pkill -f``) they are the main process's to handle, which commits the
+    state and then stops its workers. A worker killed first failed the run without a commit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _flow_loss(

@@ -160,3 +160,33 @@ def test_ctrl_c_on_simulate_exits_130_with_its_rerun_line(tmp_path):
         f"spotlight: interrupted (SIGINT); {tmp_path}/sim is written only at the end, so nothing"
         f" new is there; rerun: spotlight {' '.join(args)}"
     )
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_pretraining_and_its_loader_worker_commits_the_state(tmp_path):
+    """SIGTERM to the whole process group (the loader worker too, as a scheduler's stop or
+    ``pkill -f`` sends it): the main process commits the state and exits 143 with one line; a
+    worker that died first used to fail the run with a traceback and no commit."""
+    out = tmp_path / "pre"
+    args = ["pretrain", "--task", "ocr-mini", "--num-samples", "1000000", "--batch-size", "8"]
+    args += ["--workers", "1", "--warmup-steps", "1", "--state-every-s", "3600", "--out", str(out)]
+    proc = spotlight_process(args, start_new_session=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " step 100/" in line:
+            break
+    os.killpg(proc.pid, signal.SIGTERM)
+    lines.append(proc.stdout.read())
+    code, text = proc.wait(), "".join(lines)
+    assert code == 143, text
+    assert "Traceback" not in text and "killed by signal" not in text, text
+    state = torch_load_state(out / "pretrain-state.pt")
+    assert state["step"] >= 100
+    assert f"pretraining state kept at {state['step'] * 8} of 1000000 samples" in text
+
+
+def torch_load_state(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
