@@ -12,8 +12,8 @@ What a role takes:
 
 - memory: the resident memory measured per process of the default run (``tiny-ocr``, a soak
   of docs/benchmarks.md, ``docs/bench/soak-quiet-calls.json`` at iteration 20): a lower bound,
-  as bigger models take more. The roles share the machine's memory with Ray's own processes, the driver
-  and the detached actors (``BASE_MEMORY_GB``).
+  as bigger models take more. The roles share the machine's memory with Ray's own processes,
+  the driver and the detached actors (``BASE_MEMORY_GB``).
 - cores: a data-parallel trainer worker steps with the others (an all-reduce each step), so
   each needs a core of its own; the sampler and reward replicas run at idle priority on what
   is left and need none.
