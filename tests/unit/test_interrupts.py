@@ -181,12 +181,8 @@ def test_sigterm_to_a_pretraining_and_its_loader_worker_commits_the_state(tmp_pa
     code, text = proc.wait(), "".join(lines)
     assert code == 143, text
     assert "Traceback" not in text and "killed by signal" not in text, text
-    state = torch_load_state(out / "pretrain-state.pt")
-    assert state["step"] >= 100
-    assert f"pretraining state kept at {state['step'] * 8} of 1000000 samples" in text
-
-
-def torch_load_state(path: Path) -> dict:
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(out / "pretrain-state.pt", map_location="cpu", weights_only=True)
+    assert state["step"] >= 100
+    assert f"pretraining state kept at {state['step'] * 8} of 1000000 samples" in text
