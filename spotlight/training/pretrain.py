@@ -208,9 +208,13 @@ def pretrain(
 
     bar = progress.bar(log, f"pretrain {cfg.task}", last - first, unit="steps", every_s=None)
     done = first  # steps finished; a signal is raised only between steps
+    batches = iter(loader)
     try:
-        for step, (prompts, x0) in enumerate(loader, start=first):
+        for step in range(first, last):
             with interrupts.held():
+                # the batch is taken inside too: a signal raised while a worker hands its
+                # tensors over left the worker a half-made connection and a traceback
+                prompts, x0 = next(batches)
                 loss_sum += run.step(cfg, step, total_steps, list(prompts), x0)
                 done = step + 1
                 now = time.perf_counter()
