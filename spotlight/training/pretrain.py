@@ -219,7 +219,8 @@ def pretrain(
                 done = step + 1
                 now = time.perf_counter()
                 if done % LOG_EVERY_STEPS == 0 or done == last:
-                    window = (step - first) % LOG_EVERY_STEPS + 1
+                    # the steps since the last line: those since the resume at first
+                    window = done - max(first, step // LOG_EVERY_STEPS * LOG_EVERY_STEPS)
                     _log(
                         log,
                         f"[pretrain {cfg.task}] step {done}/{total_steps} samples "

@@ -1,6 +1,7 @@
 """Pretraining: the data stream is a function of the seed; runs are reproducible and load back."""
 
 import dataclasses
+import io
 import signal
 
 import pytest
@@ -82,6 +83,28 @@ def test_a_run_in_stages_equals_one_run_bit_for_bit(tmp_path):
     assert _equal(_weights(last[0]), _weights(whole[0]))
     # a finished run is not trained again: the same command names its checkpoint
     assert pretrain(_tiny_run(), staged) == last
+
+
+def _losses(text: str) -> dict[str, str]:
+    """The logged loss of each window, by its last step."""
+    words = [line.split() for line in text.splitlines() if " loss " in line]
+    return {w[w.index("step") + 1]: w[w.index("loss") + 1] for w in words}
+
+
+def test_a_resumed_run_logs_each_windows_mean_loss_as_one_run_does(tmp_path, monkeypatch):
+    """A stage ends between two log lines: the next stage's lines average over the steps of
+    their own window (a resume at step 3 once divided the later windows' sums by 1)."""
+    from spotlight.training import pretrain as module
+
+    monkeypatch.setattr(module, "LOG_EVERY_STEPS", 2)
+    whole, staged = io.StringIO(), io.StringIO()
+    pretrain(_tiny_run(), tmp_path / "whole", log=whole)
+    for _ in range(2):  # 48 samples of 8: stages of 3 steps, log lines every 2
+        pretrain(_tiny_run(stage_samples=24), tmp_path / "staged", log=staged)
+    one, two = _losses(whole.getvalue()), _losses(staged.getvalue())
+    assert list(one) == ["2/6", "4/6", "6/6"]
+    assert list(two) == ["2/6", "3/6", "4/6", "6/6"]  # 3/6: the first stage's last step
+    assert one["2/6"] == two["2/6"] and one["6/6"] == two["6/6"]
 
 
 def test_a_signal_during_a_step_keeps_that_step_and_the_rerun_equals_one_run(tmp_path, monkeypatch):
