@@ -121,7 +121,9 @@ def _add_pretrain_parser(sub, task_names: tuple[str, ...]) -> None:
         choices=["float32", "bfloat16"],
         default="float32",
         help="bfloat16: forward and backward under autocast (weights stay float32); fast where "
-        "the hardware has bfloat16 matrix instructions",
+        "the hardware has bfloat16 matrix instructions (a GPU, AVX512-BF16, AMX), several times "
+        "slower than float32 elsewhere; a resumed run may change it (each checkpoint records "
+        "which steps ran in which)",
     )
     pre.add_argument(
         "--arch",

@@ -134,6 +134,23 @@ class RenderedPrompts(Dataset):
         return prompt, x
 
 
+def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """Whether this CPU has bfloat16 matrix instructions (x86's ``avx512_bf16`` or
+    ``amx_bf16``, Arm's ``bf16``), read from its flags; None where they cannot be read."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    if not flags:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
 def _lr_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -153,9 +170,12 @@ def _conditioning(policy: TinyPolicy, prompts: list[str], drop: torch.Tensor) ->
 
 RESULT_FIELDS = (
     *("task", "num_samples", "batch_size", "learning_rate", "warmup_steps", "ema_decay"),
-    *("init", "warm_start", "p_uncond", "seed", "arch", "precision"),
+    *("init", "warm_start", "p_uncond", "seed", "arch"),
 )
-"""The settings a run's weights depend on: a resumed run must have the same."""
+"""The settings a run's weights depend on: a resumed run must have the same. The precision
+changes the weights too, by rounding, but it may change from one stage to the next (a run moved
+to a machine without fast bfloat16): the state and every checkpoint record which steps ran in
+which (``precision_stages``)."""
 
 
 def pretrain(
@@ -173,9 +193,16 @@ def pretrain(
     out_dir.mkdir(parents=True, exist_ok=True)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 weights, TF32 matrix products
+    if cfg.precision == "bfloat16" and device == "cpu" and cpu_has_bfloat16() is False:
+        _log(
+            log,
+            f"[pretrain {cfg.task}] warning: this CPU has no bfloat16 matrix instructions "
+            "(avx512_bf16, amx_bf16): bfloat16 runs several times slower than float32 on it "
+            "(--precision float32; a resumed run may change its precision)",
+        )
     run = _Trainee.start(cfg, task_model_config(task, **cfg.arch), device)
     total_steps = cfg.num_samples // cfg.batch_size
-    first, seconds_before = _resume(out_dir, cfg, run, log)
+    first, seconds_before, stages = _resume(out_dir, cfg, run, log)
     if cfg.warm_start and first == 0:
         kept = warm_start_from(run, cfg.warm_start)
         _log(log, f"[pretrain {cfg.task}] warm start from {cfg.warm_start}: {kept}")
@@ -204,7 +231,7 @@ def pretrain(
     def commit(done: int) -> None:
         with interrupts.held():  # a signal meanwhile is raised once the state is whole
             seconds = seconds_before + time.perf_counter() - t_start
-            _save_state(out_dir, cfg, done, run, seconds)
+            _save_state(out_dir, cfg, done, run, seconds, stages)
 
     bar = progress.bar(log, f"pretrain {cfg.task}", last - first, unit="steps", every_s=None)
     done = first  # steps finished; a signal is raised only between steps
@@ -219,7 +246,8 @@ def pretrain(
                 done = step + 1
                 now = time.perf_counter()
                 if done % LOG_EVERY_STEPS == 0 or done == last:
-                    # the steps since the last line: those since the resume at first
+                    # this line's window: the steps since the last line, or since the
+                    # resume at `first` where that came later
                     window = done - max(first, step // LOG_EVERY_STEPS * LOG_EVERY_STEPS)
                     _log(
                         log,
@@ -233,7 +261,7 @@ def pretrain(
                     last_save = now
                     path = out_dir / f"{cfg.task}-{done * cfg.batch_size}.safetensors"
                     seconds = seconds_before + now - t_start
-                    _save(run.ema, path, cfg, done * cfg.batch_size, seconds, save_dtype)
+                    _save(run.ema, path, cfg, done * cfg.batch_size, seconds, save_dtype, stages)
                     written.append(path)
                     _log(log, f"[pretrain {cfg.task}] wrote {path}")
                 if done in save_at or done == last or now - last_state >= cfg.state_every_s:
@@ -330,12 +358,15 @@ def warm_start_from(run: _Trainee, path: str) -> str:
     return f"{len(same)} of {len(state)} tensors copied; random: {', '.join(fresh) or 'none'}"
 
 
-def _resume(out_dir: Path, cfg: PretrainConfig, run: _Trainee, log) -> tuple[int, float]:
+def _resume(
+    out_dir: Path, cfg: PretrainConfig, run: _Trainee, log
+) -> tuple[int, float, list[list]]:
     """Load ``OUT/pretrain-state.pt`` into the run if there is one; (first step, seconds so
-    far). A state of other settings is an error naming them."""
+    far, precision stages: ``[first step, precision]`` pairs, this run's last). A state of
+    other settings is an error naming them."""
     path = out_dir / STATE_FILE
     if not path.exists():
-        return 0, 0.0
+        return 0, 0.0, [[0, cfg.precision]]
     state = torch.load(path, map_location="cpu", weights_only=True)
     saved = json.loads(state["config"])
     mine = dataclasses.asdict(cfg)
@@ -349,13 +380,33 @@ def _resume(out_dir: Path, cfg: PretrainConfig, run: _Trainee, log) -> tuple[int
         )
     run.load(state)
     step = int(state["step"])
-    _log(log, f"[pretrain {cfg.task}] resuming at {step * cfg.batch_size} samples from {path}")
-    return step, float(state["seconds"])
+    # a state from before the stages were recorded ran in its config's precision throughout
+    stages = json.loads(state.get("precision_stages", "null")) or [
+        [0, saved.get("precision", defaults["precision"])]
+    ]
+    line = f"[pretrain {cfg.task}] resuming at {step * cfg.batch_size} samples from {path}"
+    if stages[-1][1] != cfg.precision:
+        line += f" in {cfg.precision} (steps {stages[-1][0]}-{step} ran in {stages[-1][1]})"
+        stages = [*stages, [step, cfg.precision]]
+    _log(log, line)
+    return step, float(state["seconds"]), stages
 
 
-def _save_state(out_dir: Path, cfg: PretrainConfig, step: int, run: _Trainee, seconds: float):
+def _save_state(
+    out_dir: Path,
+    cfg: PretrainConfig,
+    step: int,
+    run: _Trainee,
+    seconds: float,
+    stages: list[list],
+) -> None:
     """Commit the resumable state (written aside, then renamed over the old one)."""
-    state = {"config": json.dumps(dataclasses.asdict(cfg)), "step": step, "seconds": seconds}
+    state = {
+        "config": json.dumps(dataclasses.asdict(cfg)),
+        "step": step,
+        "seconds": seconds,
+        "precision_stages": json.dumps(stages),
+    }
     state.update(run.state())
     tmp = out_dir / (STATE_FILE + ".tmp")
     torch.save(state, tmp)
@@ -399,6 +450,7 @@ def _save(
     samples: int,
     seconds: float,
     dtype: torch.dtype,
+    stages: list[list],
 ) -> None:
     meta = {
         "task": cfg.task,
@@ -406,6 +458,7 @@ def _save(
         "pretrain_seed": str(cfg.seed),
         "pretrain_seconds": f"{seconds:.1f}",
         "pretrain_config": json.dumps(dataclasses.asdict(cfg)),
+        "pretrain_precision_stages": json.dumps(stages),  # [first step, precision] pairs
     }
     ema.save(path, extra_metadata=meta, dtype=dtype)
 

@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import signal
+import sys
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from spotlight.training.pretrain import (
     PretrainConfig,
     RenderedPrompts,
     _Trainee,
+    cpu_has_bfloat16,
     pretrain,
     task_model_config,
     warm_start_from,
@@ -148,10 +150,10 @@ def test_bfloat16_autocast_trains_other_weights_and_resumes_bit_for_bit(tmp_path
     assert not _equal(bf16, fp32)  # the products did run in bfloat16
     staged = tmp_path / "staged"
     pretrain(_tiny_run(precision="bfloat16", stage_samples=24), staged)
-    with pytest.raises(ValueError, match=r"precision: 'bfloat16' != 'float32'"):
-        pretrain(_tiny_run(), staged)
     last = pretrain(_tiny_run(precision="bfloat16", stage_samples=24), staged)
     assert _equal(_weights(last[0]), bf16)
+    with safe_open(str(last[0]), "pt") as f:
+        assert json.loads(f.metadata()["pretrain_precision_stages"]) == [[0, "bfloat16"]]
     # a state written before the field existed resumes as the default, float32
     old = tmp_path / "old"
     pretrain(_tiny_run(stage_samples=24), old)
@@ -162,6 +164,56 @@ def test_bfloat16_autocast_trains_other_weights_and_resumes_bit_for_bit(tmp_path
     assert _equal(_weights(pretrain(_tiny_run(), old)[0]), fp32)
     with pytest.raises(ValueError, match="precision must be one of"):
         _tiny_run(precision="float16").validate()
+
+
+def test_a_run_may_go_on_in_another_precision_and_records_which_steps_ran_in_which(tmp_path):
+    import json
+
+    fp32 = _weights(pretrain(_tiny_run(), tmp_path / "plain")[0])
+    bf16 = _weights(pretrain(_tiny_run(precision="bfloat16"), tmp_path / "bf16")[0])
+    mixed = tmp_path / "mixed"
+    pretrain(_tiny_run(precision="bfloat16", stage_samples=24), mixed)
+    log = io.StringIO()
+    (path,) = pretrain(_tiny_run(), mixed, log=log)
+    assert "resuming at 24 samples" in log.getvalue()
+    assert "in float32 (steps 0-3 ran in bfloat16)" in log.getvalue()
+    weights = _weights(path)
+    assert not _equal(weights, fp32) and not _equal(weights, bf16)  # neither run's weights
+    with safe_open(str(path), "pt") as f:
+        stages = json.loads(f.metadata()["pretrain_precision_stages"])
+    assert stages == [[0, "bfloat16"], [3, "float32"]]
+    # a state written before the stages were recorded ran in its config's precision
+    old = tmp_path / "old"
+    pretrain(_tiny_run(precision="bfloat16", stage_samples=24), old)
+    state = torch.load(old / STATE_FILE, weights_only=True)
+    del state["precision_stages"]
+    torch.save(state, old / STATE_FILE)
+    (path,) = pretrain(_tiny_run(), old)
+    with safe_open(str(path), "pt") as f:
+        stages = json.loads(f.metadata()["pretrain_precision_stages"])
+    assert stages == [[0, "bfloat16"], [3, "float32"]]
+    assert _equal(_weights(path), weights)
+
+
+def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_before_work(tmp_path):
+    intel = tmp_path / "intel"
+    intel.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    amd = tmp_path / "amd"
+    amd.write_text("processor\t: 0\nflags\t\t: fpu avx avx2\nprocessor\t: 1\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n")
+    assert (cpu_has_bfloat16(str(intel)), cpu_has_bfloat16(str(amd))) == (True, False)
+    assert cpu_has_bfloat16(str(arm)) is True
+    assert cpu_has_bfloat16(str(tmp_path / "none")) is None
+    module = sys.modules[pretrain.__module__]
+    for flags, warned in ((False, True), (True, False), (None, False)):
+        log = io.StringIO()
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(module, "cpu_has_bfloat16", lambda flags=flags: flags)
+            pretrain(_tiny_run(precision="bfloat16", num_samples=8), tmp_path / f"{flags}", log=log)
+        first = log.getvalue().splitlines()[0]
+        assert ("no bfloat16 matrix instructions" in first) is warned
+        assert ("--precision float32" in first) is warned
 
 
 def test_the_architecture_can_differ_from_the_tasks_default(tmp_path):
