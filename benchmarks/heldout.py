@@ -3,12 +3,15 @@
 python benchmarks/heldout.py --base docs/bench/eval-ocr-mini-base.json \\
     --run runs/default-eval/eval.json --out docs/bench/heldout-default-run.json
 
-Both files are ``spotlight eval --num-seeds 8`` on all 256 OCR-mini validation prompts: the base
-model and the run's final checkpoint. A ``tiny-ocr`` run validates on the first 128 prompts x
-seeds 0-3; the regions are those (``validated``, which should equal the run's own final
-validation), the other 128 prompts x all 8 seeds (``other_prompts``), the validated prompts x
-seeds 4-7 (``other_seeds``), the other prompts x seeds 4-7 (``neither``) and everything
-(``all``). Each region gives the base's mean reward, the run's and the gain.
+Both files are ``spotlight eval --num-seeds 8`` on all of a task's validation prompts: the base
+model and the run's final checkpoint. A ``tiny-ocr`` run validates on the first 128 of OCR-mini's
+256 prompts x seeds 0-3 (the defaults of ``--validated-prompts`` and ``--validated-seeds``); a
+``tiny-geneval`` run on all 84 of GenEval-mini's x seeds 0-3 (``--validated-prompts 84``). The
+regions are those (``validated``, which should equal the run's own final validation), the
+other prompts x all seeds (``other_prompts``), the validated prompts x the other seeds
+(``other_seeds``), the other prompts x the other seeds (``neither``) and everything (``all``);
+a region with no prompt or no seed is left out. Each gives the base's mean reward, the run's
+and the gain.
 """
 
 from __future__ import annotations
@@ -21,13 +24,26 @@ from pathlib import Path
 
 VALIDATED_PROMPTS = 128  # the tiny-ocr recipe's num_val_prompts
 VALIDATED_SEEDS = 4  # its num_val_seeds
-REGIONS = {  # name: (first prompt, end prompt, first seed, end seed); None: to the end
-    "validated": (0, VALIDATED_PROMPTS, 0, VALIDATED_SEEDS),
-    "other_prompts": (VALIDATED_PROMPTS, None, 0, None),
-    "other_seeds": (0, VALIDATED_PROMPTS, VALIDATED_SEEDS, None),
-    "neither": (VALIDATED_PROMPTS, None, VALIDATED_SEEDS, None),
-    "all": (0, None, 0, None),
-}
+
+
+def regions(
+    validated_prompts: int, validated_seeds: int, num_prompts: int, num_seeds: int
+) -> dict[str, tuple[int, int | None, int, int | None]]:
+    """name: (first prompt, end prompt, first seed, end seed), None for the end; the regions
+    with at least one prompt and one seed."""
+    p, s = validated_prompts, validated_seeds
+    every = {
+        "validated": (0, p, 0, s),
+        "other_prompts": (p, None, 0, None),
+        "other_seeds": (0, p, s, None),
+        "neither": (p, None, s, None),
+        "all": (0, None, 0, None),
+    }
+    return {
+        name: r
+        for name, r in every.items()
+        if min(r[1] or num_prompts, num_prompts) > r[0] and min(r[3] or num_seeds, num_seeds) > r[2]
+    }
 
 
 def region_mean(doc: dict, region: tuple[int, int | None, int, int | None]) -> float:
@@ -37,14 +53,20 @@ def region_mean(doc: dict, region: tuple[int, int | None, int, int | None]) -> f
     return statistics.fmean(r for row in rows for r in row["rewards"][s0:s1])
 
 
-def heldout(base: dict, run: dict) -> dict:
+def heldout(
+    base: dict,
+    run: dict,
+    validated_prompts: int = VALIDATED_PROMPTS,
+    validated_seeds: int = VALIDATED_SEEDS,
+) -> dict:
     """Each region's base mean, run mean and gain (the two evals must score the same items)."""
     if [r["prompt"] for r in base["per_prompt"]] != [r["prompt"] for r in run["per_prompt"]]:
         raise ValueError("the two eval files score different prompts")
     if base["num_seeds"] != run["num_seeds"]:
         raise ValueError("the two eval files score different numbers of seeds")
     out = {}
-    for name, region in REGIONS.items():
+    n_prompts, n_seeds = len(base["per_prompt"]), base["num_seeds"]
+    for name, region in regions(validated_prompts, validated_seeds, n_prompts, n_seeds).items():
         b, r = region_mean(base, region), region_mean(run, region)
         p0, p1, s0, s1 = region
         out[name] = {
@@ -62,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, required=True, help="the base model's eval.json")
     parser.add_argument("--run", type=Path, required=True, help="the run's eval.json")
     parser.add_argument("--out", type=Path, required=True, help="the JSON to write")
+    parser.add_argument(
+        "--validated-prompts",
+        type=int,
+        default=VALIDATED_PROMPTS,
+        help="how many of the first prompts the run validated on (tiny-ocr: 128)",
+    )
+    parser.add_argument(
+        "--validated-seeds", type=int, default=VALIDATED_SEEDS, help="and on seeds 0..N-1"
+    )
     args = parser.parse_args(argv)
     for path in (args.base, args.run):
         if not path.is_file():
@@ -73,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "run_checkpoint": run["checkpoint"],
         "num_prompts": base["num_prompts"],
         "num_seeds": base["num_seeds"],
-        "regions": heldout(base, run),
+        "regions": heldout(base, run, args.validated_prompts, args.validated_seeds),
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     for name, r in doc["regions"].items():

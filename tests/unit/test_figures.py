@@ -154,19 +154,10 @@ def _eval_doc(rewards: list[list[float]]) -> dict:
     }
 
 
-def test_heldout_regions(monkeypatch):
-    monkeypatch.setitem(
-        HELDOUT["heldout"].__globals__,
-        "REGIONS",
-        {
-            "validated": (0, 1, 0, 1),
-            "other_prompts": (1, None, 0, None),
-            "other_seeds": (0, 1, 1, None),
-        },
-    )
+def test_heldout_regions():
     base = _eval_doc([[0.0, 0.0], [0.0, 1.0]])
     run = _eval_doc([[1.0, 0.5], [0.5, 1.0]])
-    out = HELDOUT["heldout"](base, run)
+    out = HELDOUT["heldout"](base, run, validated_prompts=1, validated_seeds=1)
     assert out["validated"] == {
         "prompts": [0, 0],
         "seeds": [0, 0],
@@ -176,6 +167,11 @@ def test_heldout_regions(monkeypatch):
     }
     assert out["other_prompts"]["gain"] == pytest.approx(0.25)
     assert out["other_seeds"]["run"] == 0.5
+    assert out["neither"]["gain"] == 0.0 and out["all"]["gain"] == pytest.approx(0.5)
+    # a run that validated on every prompt: only its other seeds are held out
+    every = HELDOUT["heldout"](base, run, validated_prompts=2, validated_seeds=1)
+    assert list(every) == ["validated", "other_seeds", "all"]
+    assert every["other_seeds"]["prompts"] == [0, 1] and every["other_seeds"]["gain"] == 0.25
     other = json.loads(json.dumps(run))
     other["per_prompt"][1]["prompt"] = "q"
     with pytest.raises(ValueError, match="different prompts"):
