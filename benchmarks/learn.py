@@ -12,15 +12,19 @@ base model's score on exactly what ``final_val_reward`` is scored on. The runs g
 bench can be stopped and run again. Writes ``learn-<task>.json``: ``task``, ``recipe``,
 ``val_prompts``, ``val_seeds`` and ``runs`` (``seed``, ``mode``, ``initial_val_reward``,
 ``final_val_reward``, ``gain``, ``wall_s``, ``command``, its paths inside the repository
-relative to it), the mean gain of the training runs, and the validation
-curves as ``learn-<task>.png`` (``--name`` names them otherwise, for a reward variant). One
-run at a time:
-the wall times are only comparable with nothing else running. Results: docs/tasks.md.
+relative to it; ``val_curve``: [iteration, validation reward] pairs; ``config``: the config
+it ran), the mean gain of the training runs, and the validation curves as ``learn-<task>.png``
+(``--name`` names them otherwise, for a reward variant). The report is written after every run,
+and a re-run reuses the records of the report already at ``--out`` whose config is the one it
+would run: a bench can span machines whose run folders are not kept, as long as its report is.
+One run at a time: the wall times are only comparable with nothing else running. Results:
+docs/tasks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import shlex
@@ -28,29 +32,49 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spotlight.bench import repo_relative
+from spotlight.bench import repo_relative, reusable_record
 from spotlight.config import Config
 from spotlight.overrides import apply_overrides
 from spotlight.recipes import RECIPES, get_recipe
 
 
-def run_command(args: argparse.Namespace, seed: int, mode: str, out: Path) -> list[str]:
+def run_sets(args: argparse.Namespace, seed: int, mode: str) -> list[str]:
+    """The run's ``--set`` overrides."""
     sets = [f"seed={seed}", "exploration.mode=off", *args.set]  # plain GRPO: random seeds
     if mode == "control":
         sets.append("grpo.shuffle_advantages=true")
+    return sets
+
+
+def run_command(args: argparse.Namespace, seed: int, mode: str, out: Path) -> list[str]:
     cmd = ["spotlight", "train", "--recipe", args.recipe, "--runner", "local", "--out", str(out)]
     if args.iterations is not None:
         cmd += ["--iterations", str(args.iterations)]
-    for s in sets:
+    for s in run_sets(args, seed, mode):
         cmd += ["--set", s]
     return cmd
 
 
-def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
-    out = Path(args.runs) / f"{mode}-{seed}"
+def run_config(args: argparse.Namespace, seed: int, mode: str) -> Config:
+    """The config ``spotlight train`` runs for the run's command."""
+    cfg = apply_overrides(get_recipe(args.recipe), run_sets(args, seed, mode))
+    if args.iterations is not None:
+        cfg = dataclasses.replace(cfg, num_iterations=args.iterations)
+    return cfg
+
+
+def one_run(args: argparse.Namespace, seed: int, mode: str, reuse: dict | None = None) -> dict:
+    """The run's record: from its folder (run first where it has not finished), or from the
+    record in ``reuse`` (an earlier report's, by run name) that ran the same config."""
+    name = f"{mode}-{seed}"
+    out = Path(args.runs) / name
     cmd = run_command(args, seed, mode, out)
     summary = out / "summary.json"
     if not summary.exists():
+        record = reusable_record(reuse, name, run_config(args, seed, mode))
+        if record is not None and "val_curve" in record:
+            print(f"[learn] {name}: the report's record of the same config, reused", flush=True)
+            return record
         exe = [str(Path(sys.executable).with_name("spotlight")), *cmd[1:]]
         if (out / "checkpoint" / "state.json").exists():
             exe = [exe[0], "train", "--resume", str(out)]
@@ -61,7 +85,15 @@ def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
             print(f"[learn] {shlex.join(cmd)}", flush=True)
         subprocess.run(exe, check=True)
     s = json.loads(summary.read_text())
+    metrics = out / "metrics.jsonl"
+    rows = (
+        [json.loads(x) for x in metrics.read_text().splitlines() if x] if metrics.exists() else []
+    )
+    curve = [[0, s["initial_val_reward"]]]
+    curve += [[m["iteration"] + 1, m["val_reward"]] for m in rows if "val_reward" in m]
+    config = out / "config.json"
     return {
+        "run": name,
         "seed": seed,
         "mode": mode,
         "initial_val_reward": s["initial_val_reward"],
@@ -70,10 +102,12 @@ def one_run(args: argparse.Namespace, seed: int, mode: str) -> dict:
         "wall_s": round(s["wall_s"], 1),
         "num_iterations": s["num_iterations"],
         "command": shlex.join(repo_relative(cmd)),  # paths inside the repository: relative
+        "val_curve": curve,
+        "config": repo_relative(json.loads(config.read_text())) if config.exists() else None,
     }
 
 
-def plot(runs_dir: Path, runs: list[dict], path: Path, title: str) -> None:
+def plot(runs: list[dict], path: Path, title: str) -> None:
     """Validation reward against iteration, one line per run (control dashed)."""
     import matplotlib
 
@@ -82,10 +116,7 @@ def plot(runs_dir: Path, runs: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for r in runs:
-        folder = runs_dir / f"{r['mode']}-{r['seed']}"
-        rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x]
-        its = [0] + [m["iteration"] + 1 for m in rows if "val_reward" in m]
-        vals = [r["initial_val_reward"]] + [m["val_reward"] for m in rows if "val_reward" in m]
+        its, vals = [p[0] for p in r["val_curve"]], [p[1] for p in r["val_curve"]]
         style = "--" if r["mode"] == "control" else "-"
         ax.plot(its, vals, style, marker="o", label=f"{r['mode']} seed {r['seed']}")
     ax.set_xlabel("iteration")
@@ -96,6 +127,28 @@ def plot(runs_dir: Path, runs: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_report(args: argparse.Namespace, cfg: Config, runs: list[dict], path: Path) -> None:
+    """The report and its plot, of the runs so far."""
+    gains = [r["gain"] for r in runs if r["mode"] == "train"]
+    doc = {
+        "task": cfg.task or cfg.reward,
+        "recipe": args.recipe,
+        "overrides": args.set,
+        "val_prompts": cfg.num_val_prompts,
+        "val_seeds": cfg.num_val_seeds,
+        "mean_train_gain": sum(gains) / len(gains) if gains else None,
+        "min_train_gain": min(gains) if gains else None,
+        "control_gain": [r["gain"] for r in runs if r["mode"] == "control"],
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
+        "runs": runs,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    title = (
+        f"{args.recipe}: validation on {cfg.num_val_prompts} prompts x {cfg.num_val_seeds} seeds"
+    )
+    plot(runs, path.with_suffix(".png"), title)
 
 
 def main() -> None:
@@ -111,32 +164,18 @@ def main() -> None:
     args = ap.parse_args()
     cfg: Config = apply_overrides(get_recipe(args.recipe), args.set)
     cfg.validate()
-    task = cfg.task or cfg.reward
     args.runs = args.runs or f"runs/learn-{args.recipe}"
-    runs = [one_run(args, s, "train") for s in args.seeds]
-    runs += [one_run(args, s, "control") for s in args.control_seeds]
-    gains = [r["gain"] for r in runs if r["mode"] == "train"]
-    doc = {
-        "task": task,
-        "recipe": args.recipe,
-        "overrides": args.set,
-        "val_prompts": cfg.num_val_prompts,
-        "val_seeds": cfg.num_val_seeds,
-        "mean_train_gain": sum(gains) / len(gains) if gains else None,
-        "min_train_gain": min(gains) if gains else None,
-        "control_gain": [r["gain"] for r in runs if r["mode"] == "control"],
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
-        "runs": runs,
-    }
-    path = Path(args.out) / f"{args.name or f'learn-{task}'}.json"
+    path = Path(args.out) / f"{args.name or f'learn-{cfg.task or cfg.reward}'}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    plot(
-        Path(args.runs),
-        runs,
-        path.with_suffix(".png"),
-        f"{args.recipe}: validation on {cfg.num_val_prompts} prompts x {cfg.num_val_seeds} seeds",
-    )
+    reuse = None
+    if path.exists():
+        reuse = {r["run"]: r for r in json.loads(path.read_text())["runs"] if "run" in r}
+    runs: list[dict] = []
+    for seed, mode in [(s, "train") for s in args.seeds] + [
+        (s, "control") for s in args.control_seeds
+    ]:
+        runs.append(one_run(args, seed, mode, reuse))
+        write_report(args, cfg, runs, path)  # after every run: a stopped bench keeps its runs
     for r in runs:
         print(
             f"[learn] {r['mode']:<7} seed {r['seed']}: {r['initial_val_reward']:.3f} -> "
