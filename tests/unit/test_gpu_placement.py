@@ -138,6 +138,6 @@ def test_cli_refuses_cuda_without_gpus_and_merged_flow_grpo_before_ray(
     # the device check refuses first (spotlight.scheduling.machine), before the GPU plan
     assert "--device cuda: this machine has no CUDA GPU" in err
     assert len(err.strip().splitlines()) == 1
-    assert main([*base, "--recipe", "tiny-geneval", "--merge-lora"]) == 2
+    assert main([*base, "--recipe", "tiny-smoke", "--merge-lora"]) == 2  # Flow-GRPO
     assert "--merge-lora: grpo.loss 'flow_grpo' needs" in capsys.readouterr().err
     assert not ray.is_initialized() and not (tmp_path / "run").exists()

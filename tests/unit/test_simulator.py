@@ -574,11 +574,11 @@ def test_the_learning_inputs_have_flags_and_bad_values_are_refused(tmp_path, cap
     from spotlight.cli import main
 
     base = ["simulate", "--scenario", "small", "--systems", "async_one_step", "--out"]
-    args = [*base, str(tmp_path / "a"), "--prompts-file", "eval-geneval-mini-base.json"]
+    args = [*base, str(tmp_path / "a"), "--prompts-file", "eval-geneval-mini-v1.json"]
     args += ["--rank-correlation", "0.5", "--async-staleness-factor", "0.9"]
     assert main(args) == 0
     learning = json.loads((tmp_path / "a" / "summary.json").read_text())["learning"]
-    assert learning["prompts_file"] == "eval-geneval-mini-base.json"
+    assert learning["prompts_file"] == "eval-geneval-mini-v1.json"
     assert learning["rank_preservation"] == 0.5 and learning["async_staleness_factor"] == 0.9
     for flag, value, says in (
         ("--prompts-file", "nope.json", "eval-ocr-mini-v0.json"),  # names the shipped ones
