@@ -386,7 +386,7 @@ def _resume(
     ]
     line = f"[pretrain {cfg.task}] resuming at {step * cfg.batch_size} samples from {path}"
     if stages[-1][1] != cfg.precision:
-        line += f" in {cfg.precision} (steps {stages[-1][0]}-{step} ran in {stages[-1][1]})"
+        line += f" in {cfg.precision} (steps {stages[-1][0]}-{step - 1} ran in {stages[-1][1]})"
         stages = [*stages, [step, cfg.precision]]
     _log(log, line)
     return step, float(state["seconds"]), stages
