@@ -77,7 +77,7 @@ def one_run(args: argparse.Namespace, seed: int, mode: str, reuse: dict | None =
             return record
         exe = [str(Path(sys.executable).with_name("spotlight")), *cmd[1:]]
         if (out / "checkpoint" / "state.json").exists():
-            exe = [exe[0], "train", "--resume", str(out)]
+            exe = [exe[0], "train", "--resume", str(out), "--runner", "local"]
             if args.iterations is not None:
                 exe += ["--iterations", str(args.iterations)]
             print(f"[learn] resuming {out}", flush=True)

@@ -374,6 +374,7 @@ class Controller:
             "weights_version": version,
             "recipe": self.cfg.recipe,
             "policy_sha256": sha256(ckpt / "policy.safetensors"),
+            "runner": "ray",
             "ledger": self.ledger.to_dict(),
             "next_selection": self.explore.state(),
             "planner": self.explore.planner.to_dict(),

@@ -24,8 +24,13 @@ def _train(args: argparse.Namespace) -> int:
         if args.set:
             raise ValueError("--set cannot change a resumed run: it continues with its config.json")
         cfg = _resumed_config(Path(args.resume), args.recipe)
+        if args.runner is None:  # a run goes on where it ran
+            from spotlight.training.run_folder import checkpoint_runner
+
+            args.runner = checkpoint_runner(Path(args.resume))
     else:
         cfg = apply_overrides(get_recipe(args.recipe or DEFAULT_RECIPE), args.set)
+    args.runner = args.runner or "ray"
     if args.iterations is not None:
         cfg = dataclasses.replace(cfg, num_iterations=args.iterations)
     if args.checkpoint is not None:
@@ -245,9 +250,10 @@ def _add_where_flags(train: argparse.ArgumentParser, ray_defaults) -> None:
     train.add_argument(
         "--runner",
         choices=["ray", "local"],
-        default="ray",
-        help="ray: the Serve/Train job (a local Ray unless RAY_ADDRESS is set); "
-        "local: the single-process reference loop (explores too, in turn)",
+        default=None,
+        help="ray (default): the Serve/Train job (a local Ray unless RAY_ADDRESS is set); "
+        "local: the single-process reference loop (explores too, in turn); --resume goes on "
+        "with the runner that wrote the checkpoint unless told otherwise",
     )
     train.add_argument(
         "--samplers",

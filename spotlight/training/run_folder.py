@@ -176,6 +176,19 @@ def summarize(metrics_path: Path, cfg: Config) -> dict[str, Any]:
     }
 
 
+def checkpoint_runner(out_dir: Path) -> str | None:
+    """The runner that wrote the run folder's checkpoint (``ray`` or ``local``): its
+    ``state.json``'s ``runner``; in a state written before that was recorded, ``ray`` where it
+    holds the Ray job's ledger, else ``local``. None without a readable checkpoint."""
+    try:
+        state = json.loads((out_dir / CKPT_DIR / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    return state.get("runner") or ("ray" if "ledger" in state else "local")
+
+
 def read_checkpoint_state(out_dir: Path, recipe: str) -> dict[str, Any]:
     """``state.json`` of a run folder's checkpoint, after checking it is one of ``recipe``
     and that the weights match their checksum (both runners resume through this)."""

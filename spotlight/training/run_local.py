@@ -108,6 +108,7 @@ def _save_checkpoint(loop: ReferenceLoop, out_dir: Path, done: int, cfg: Config)
         "weights_version": loop.weights_version,
         "recipe": cfg.recipe,
         "policy_sha256": sha256(ckpt / "policy.safetensors"),
+        "runner": "local",  # what `--resume` goes on with
     }
     if loop.explore.mode != "off":  # as the Ray job keeps them
         state["next_selection"] = loop.explore.state()

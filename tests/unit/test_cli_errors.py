@@ -41,6 +41,30 @@ def test_a_corrupted_run_is_refused_before_ray_starts(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["num_iterations"] == 1
 
 
+def test_a_resume_goes_on_with_the_runner_that_wrote_the_checkpoint(tmp_path):
+    import ray
+
+    from spotlight.training.run_folder import checkpoint_runner
+
+    out = tmp_path / "run"
+    base = ["train", "--recipe", "tiny-smoke", "--set", "num_iterations=1", "--no-wandb"]
+    assert main([*base, "--runner", "local", "--out", str(out)]) == 0
+    assert checkpoint_runner(out) == "local"
+    # no --runner: the local run goes on locally (on Ray, this unit test would fail)
+    assert main(["train", "--resume", str(out), "--iterations", "2", "--no-wandb"]) == 0
+    assert not ray.is_initialized()
+    assert json.loads((out / "summary.json").read_text())["num_iterations"] == 2
+    # a state written before the runner was recorded: the Ray job's holds its ledger
+    state = out / "checkpoint" / "state.json"
+    doc = json.loads(state.read_text())
+    del doc["runner"]
+    state.write_text(json.dumps(doc))
+    assert checkpoint_runner(out) == "local"
+    state.write_text(json.dumps({**doc, "ledger": {}}))
+    assert checkpoint_runner(out) == "ray"
+    assert checkpoint_runner(tmp_path / "nothing") is None
+
+
 def test_a_closed_pipe_ends_quietly():
     script = (
         "import argparse, spotlight.cli as c\n"
