@@ -74,7 +74,9 @@ def connect(opts: RayOptions, log: TextIO | None = None):
         ray.init(address=address, namespace=NAMESPACE, runtime_env=env, log_to_driver=True)
         interrupts.rearm()
         return False, None
-    ray.init(
+    init_local(
+        ray,
+        log,
         address="local",  # a new local Ray, never a cluster some other process left running
         num_cpus=opts.num_samplers + opts.num_train_workers + 2,
         resources=local_resources(opts),
@@ -87,6 +89,51 @@ def connect(opts: RayOptions, log: TextIO | None = None):
     )
     interrupts.rearm()
     return True, None
+
+
+RAY_NODE_TIMEOUT = "timed out during startup"
+"""What ``ray.init`` raises when the raylet it started has not registered within Ray's own wait
+(30 s in Ray 2.60, with no setting): seen on a 2-core machine that two other Ray clusters and a
+test suite kept busy."""
+
+
+def init_local(ray, log: TextIO | None, **kwargs) -> None:
+    """``ray.init(**kwargs)`` for a new local Ray, tried once more when the node timed out during
+    startup: the processes the failed start left behind (this process's children that were not
+    there before it) are stopped first. Any other error, or a second timeout, is raised."""
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    try:
+        ray.init(**kwargs)
+        return
+    except Exception as e:
+        if RAY_NODE_TIMEOUT not in str(e):
+            raise
+    left = [p for p in me.children(recursive=True) if p.pid not in before]
+    progress.line(
+        log,
+        f"[spotlight] Ray's local node did not start in time (a busy machine?): stopping the"
+        f" {len(left)} process(es) it left and starting it once more",
+    )
+    stop_processes(left)
+    ray.shutdown()
+    ray.init(**kwargs)
+
+
+def stop_processes(procs: list, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL for those still running after ``grace_s``."""
+    import psutil
+
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def starts_local_ray(opts: RayOptions) -> bool:
