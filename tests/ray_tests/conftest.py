@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ray_tests.helpers import ray_options
-from spotlight.job.cluster import JOB_ENV
+from spotlight.job.cluster import JOB_ENV, init_local
 from spotlight.job.options import local_resources
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # tests only (see ../shared RAY_NOTES)
@@ -44,7 +44,9 @@ def local_ray():
     from spotlight.actors.names import NAMESPACE
 
     opts = ray_options(num_train_workers=2)  # capacity for the data-parallel test
-    ray.init(
+    init_local(
+        ray,
+        None,
         address="local",  # never a cluster another process left behind
         num_cpus=6,
         resources=local_resources(opts),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ray_tests.helpers import ray_options
-from spotlight.job.cluster import JOB_ENV
+from spotlight.job.cluster import JOB_ENV, init_local
 from spotlight.job.options import local_resources
 from spotlight.scheduling.gpu_placement import GpuAsk, GpuMachine, plan_gpus, worker_device
 
@@ -26,7 +26,9 @@ def _start_ray(num_gpus: int, opts) -> None:
 
     from spotlight.actors.names import NAMESPACE
 
-    ray.init(
+    init_local(
+        ray,
+        None,
         address="local",
         num_cpus=opts.num_samplers + opts.num_train_workers + 2,
         num_gpus=num_gpus,
