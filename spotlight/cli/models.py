@@ -64,19 +64,24 @@ def _eval(args: argparse.Namespace) -> int:
     check_checkpoint_task(checkpoint, task.name)  # before a model is built
     sampler = dataclasses.replace(TASK_SAMPLER, guidance_scale=args.guidance, num_steps=args.steps)
     sampler.validate()
-    prompts = task.prompts("val")[: args.num_prompts]
+    prompts = task.prompts(args.split)[: args.num_prompts]
     policy = make_policy(PolicyConfig(name="tiny", checkpoint=checkpoint), args.device)
     t0 = time.perf_counter()
     reward = build_reward(task.reward)
     scores = score_prompts(
         policy, reward, prompts, args.num_seeds, sampler, chunk=64, log=sys.stdout
     )
-    extra = {"sampler": dataclasses.asdict(sampler), "seconds": time.perf_counter() - t0}
+    extra = {
+        "split": args.split,
+        "sampler": dataclasses.asdict(sampler),
+        "seconds": time.perf_counter() - t0,
+    }
     # eval.json names a checkpoint inside the repository by its path relative to it
     path = write_eval(Path(args.out), task.name, repo_relative(checkpoint), scores, extra)
     doc = json.loads(path.read_text())
     print(
-        f"[eval] {task.name}: mean reward {doc['mean_reward']:.4f} over {len(prompts)} prompts "
+        f"[eval] {task.name}: mean reward {doc['mean_reward']:.4f} over {len(prompts)}"
+        f" {args.split} prompts "
         f"x {args.num_seeds} seeds; {doc['frac_prompts_std_ge_0.1']:.0%} of prompts have a "
         f"reward std >= 0.1 ({extra['seconds']:.0f} s) -> {path}"
     )
@@ -156,10 +161,17 @@ def _add_pretrain_parser(sub, task_names: tuple[str, ...]) -> None:
 
 def _add_eval_parser(sub, task_names: tuple[str, ...]) -> None:
     ev = sub.add_parser("eval", help="score a checkpoint on a task's validation prompts")
+    ev.add_argument(
+        "--split",
+        choices=["val", "train"],
+        default="val",
+        help="the task's validation prompts, or its training prompts (how much of a run's"
+        " gain is on the prompts it trained on)",
+    )
     ev.add_argument("--task", required=True, choices=task_names)
     ev.add_argument("--checkpoint", help="tiny-policy checkpoint (default: the shipped base model)")
     ev.add_argument("--num-seeds", type=int, default=8, help="seeds 0..N-1 per prompt")
-    ev.add_argument("--num-prompts", type=int, default=None, help="first N validation prompts")
+    ev.add_argument("--num-prompts", type=int, default=None, help="first N prompts of --split")
     ev.add_argument("--guidance", type=float, default=3.0, help="classifier-free guidance")
     ev.add_argument("--steps", type=int, default=10, help="denoising steps")
     ev.add_argument("--out", required=True, help="folder for eval.json")

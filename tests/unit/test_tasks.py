@@ -93,3 +93,16 @@ def test_eval_command_writes_the_documented_fields(tmp_path):
     assert set(row) == {"prompt", "seeds", "rewards"} and row["seeds"] == [0, 1]
     rewards = [r for p in doc["per_prompt"] for r in p["rewards"]]
     assert doc["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
+    assert doc["split"] == "val"
+    assert [p["prompt"] for p in doc["per_prompt"]] == get_task("geneval-mini").prompts("val")[:2]
+
+
+def test_eval_command_scores_the_training_prompts_on_request(tmp_path):
+    out = tmp_path / "ev"
+    args = ["eval", "--task", "geneval-mini", "--split", "train", "--num-seeds", "1"]
+    assert main([*args, "--num-prompts", "3", "--steps", "2", "--out", str(out)]) == 0
+    doc = json.loads((out / "eval.json").read_text())
+    train = get_task("geneval-mini").prompts("train")
+    assert doc["split"] == "train"
+    assert [p["prompt"] for p in doc["per_prompt"]] == train[:3]
+    assert not set(train[:3]) & set(get_task("geneval-mini").prompts("val"))
