@@ -11,7 +11,9 @@ regions are those (``validated``, which should equal the run's own final validat
 other prompts x all seeds (``other_prompts``), the validated prompts x the other seeds
 (``other_seeds``), the other prompts x the other seeds (``neither``) and everything (``all``);
 a region with no prompt or no seed is left out. Each gives the base's mean reward, the run's
-and the gain.
+and the gain. With ``--train-base`` and ``--train-run`` (the same two checkpoints scored by
+``spotlight eval --split train``), a ``train_prompts`` region gives the gain on the prompts the
+run trained on, beside the gains on prompts it never saw.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ def heldout(
     return out
 
 
+def train_prompts(base: dict, run: dict) -> dict:
+    """The ``train_prompts`` region: every prompt and seed of two ``--split train`` evals."""
+    for doc in (base, run):
+        if doc.get("split") != "train":
+            raise ValueError(f"{doc['checkpoint']}: not an eval of the training prompts")
+    if [r["prompt"] for r in base["per_prompt"]] != [r["prompt"] for r in run["per_prompt"]]:
+        raise ValueError("the two training-prompt evals score different prompts")
+    b, r = region_mean(base, (0, None, 0, None)), region_mean(run, (0, None, 0, None))
+    n_prompts = len(base["per_prompt"])
+    seeds = [0, base["num_seeds"] - 1]
+    return {"prompts": [0, n_prompts - 1], "seeds": seeds, "base": b, "run": r, "gain": r - b}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="the base model's eval.json")
@@ -93,8 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--validated-seeds", type=int, default=VALIDATED_SEEDS, help="and on seeds 0..N-1"
     )
+    parser.add_argument("--train-base", type=Path, help="the base's eval.json of --split train")
+    parser.add_argument("--train-run", type=Path, help="the run's eval.json of --split train")
     args = parser.parse_args(argv)
-    for path in (args.base, args.run):
+    if (args.train_base is None) != (args.train_run is None):
+        print("heldout.py: --train-base and --train-run go together", file=sys.stderr)
+        return 2
+    for path in (args.base, args.run, args.train_base, args.train_run):
+        if path is None:
+            continue
         if not path.is_file():
             print(f"heldout.py: {path}: no such file", file=sys.stderr)
             return 2
@@ -106,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         "num_seeds": base["num_seeds"],
         "regions": heldout(base, run, args.validated_prompts, args.validated_seeds),
     }
+    if args.train_base is not None:
+        train = [json.loads(p.read_text()) for p in (args.train_base, args.train_run)]
+        doc["regions"]["train_prompts"] = train_prompts(*train)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     for name, r in doc["regions"].items():
         print(f"{name:14s} base {r['base']:.3f} run {r['run']:.3f} gain {r['gain']:+.3f}")

@@ -176,3 +176,12 @@ def test_heldout_regions():
     other["per_prompt"][1]["prompt"] = "q"
     with pytest.raises(ValueError, match="different prompts"):
         HELDOUT["heldout"](base, other)
+
+
+def test_heldout_training_prompts_region():
+    base = {**_eval_doc([[0.0, 0.5], [0.5, 0.0]]), "split": "train"}
+    run = {**_eval_doc([[1.0, 0.5], [0.5, 1.0]]), "split": "train"}
+    out = HELDOUT["train_prompts"](base, run)
+    assert out == {"prompts": [0, 1], "seeds": [0, 1], "base": 0.25, "run": 0.75, "gain": 0.5}
+    with pytest.raises(ValueError, match="not an eval of the training prompts"):
+        HELDOUT["train_prompts"](_eval_doc([[0.0]]), run)
