@@ -51,6 +51,12 @@ def _geneval(model: str | None = None) -> Reward:
     return GenEvalReward()
 
 
+def _geneval_exact(model: str | None = None) -> Reward:
+    from spotlight.rewards.geneval import GenEvalReward
+
+    return GenEvalReward(exact=True)
+
+
 def _clip(model: str | None = None) -> Reward:
     from spotlight.rewards.hub import ClipScoreReward
 
@@ -76,6 +82,7 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "ocr-2of3": _ocr_2of3,
     "ocr-1of3": _ocr_1of3,
     "geneval": _geneval,
+    "geneval-exact": _geneval_exact,
     "clip": _clip,
     "ocr-model": _ocr_model,
     "geneval-model": _geneval_model,
@@ -84,7 +91,9 @@ REWARDS: dict[str, Callable[..., Reward]] = {
 ``ocr-exact`` / ``ocr-2of3`` / ``ocr-1of3``: the same read, binary (1 when the word is read
 exactly / with at most one letter wrong / with at least one letter right; the saturating rewards
 of Flow-GRPO's GenEval style, ``ocr-1of3`` the most lenient);
-``geneval``: the rule-based GenEval-mini detector; ``ocr-model``: GOT-OCR 2.0 on real images
+``geneval``: the rule-based GenEval-mini detector, the fraction of a prompt's clauses that
+hold; ``geneval-exact``: the same, binary (1 when every clause holds: GenEval's own score);
+``ocr-model``: GOT-OCR 2.0 on real images
 (spotlight.rewards.ocr_model); ``geneval-model``: GenEval's rules on Mask2Former detections and
 CLIP colours (spotlight.rewards.geneval_model); ``clip``: a CLIP score (real clusters);
 ``brightness``: a trivial reward for smoke tests."""

@@ -238,10 +238,14 @@ def _check_image(image: np.ndarray, who: str) -> None:
 
 
 class GenEvalReward:
-    """GenEval-mini partial score: the fraction of the prompt's clauses that hold, in [0, 1]."""
+    """GenEval-mini partial score: the fraction of the prompt's clauses that hold, in [0, 1];
+    with ``exact``, GenEval's own binary score: 1 when every clause holds, else 0."""
+
+    def __init__(self, exact: bool = False) -> None:
+        self.exact = exact
 
     def __call__(self, images: np.ndarray, prompts: list[str]) -> np.ndarray:
-        """Partial scores, float32 ``(N,)``, for uint8 ``(N, 32, 32, 3)`` images."""
+        """Scores, float32 ``(N,)``, for uint8 ``(N, 32, 32, 3)`` images."""
         check_images(images, prompts, "GenEvalReward")
         if images.shape[1:] != (SIZE, SIZE, 3):
             raise ValueError(
@@ -249,6 +253,8 @@ class GenEvalReward:
             )
         specs = [parse(p) for p in prompts]  # all prompts checked before any detection
         out = [clauses(s, detect(img)) for s, img in zip(specs, images, strict=True)]
+        if self.exact:
+            return np.array([float(all(c)) for c in out], dtype=np.float32)
         return np.array([sum(c) / len(c) for c in out], dtype=np.float32)
 
     def score(self, image: np.ndarray, prompt: str) -> tuple[bool, float]:

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from spotlight.rewards import build_reward
 from spotlight.rewards.geneval import GenEvalReward, detect, relation_holds, score
 from spotlight.tasks import get_task
 from spotlight.tasks.geneval_mini import (
@@ -150,6 +151,19 @@ def test_reward_is_the_fraction_of_clauses_that_hold():
     assert GenEvalReward()(blank, ["a photo of a circle"])[0] == 0
     assert GenEvalReward().score(img, prompts[0]) == (True, 1.0)
     assert GenEvalReward().score(img, prompts[4]) == (False, pytest.approx(2 / 3))
+
+
+def test_the_exact_reward_is_one_only_when_every_clause_holds():
+    img = draw([Placed("circle", "red", 9, 2, 2), Placed("square", "blue", 9, 20, 20)])
+    prompts = [
+        "a photo of a red circle and a blue square",  # 4/4
+        "a photo of a blue circle and a red square",  # 2/4
+        "a photo of a circle left of a square",  # 3/3
+        "a photo of a circle below a square",  # 2/3
+    ]
+    exact = build_reward("geneval-exact")(np.stack([img] * len(prompts)), prompts)
+    assert exact.dtype == np.float32
+    np.testing.assert_array_equal(exact, [1, 0, 1, 0])
 
 
 def test_detector_ignores_color_mixes_and_specks():
