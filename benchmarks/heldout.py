@@ -55,6 +55,14 @@ def region_mean(doc: dict, region: tuple[int, int | None, int, int | None]) -> f
     return statistics.fmean(r for row in rows for r in row["rewards"][s0:s1])
 
 
+def check_same_items(base: dict, run: dict) -> None:
+    """Two eval files score the same prompts with the same seeds, or a ValueError."""
+    if [r["prompt"] for r in base["per_prompt"]] != [r["prompt"] for r in run["per_prompt"]]:
+        raise ValueError("the two eval files score different prompts")
+    if base["num_seeds"] != run["num_seeds"]:
+        raise ValueError("the two eval files score different numbers of seeds")
+
+
 def heldout(
     base: dict,
     run: dict,
@@ -62,10 +70,7 @@ def heldout(
     validated_seeds: int = VALIDATED_SEEDS,
 ) -> dict:
     """Each region's base mean, run mean and gain (the two evals must score the same items)."""
-    if [r["prompt"] for r in base["per_prompt"]] != [r["prompt"] for r in run["per_prompt"]]:
-        raise ValueError("the two eval files score different prompts")
-    if base["num_seeds"] != run["num_seeds"]:
-        raise ValueError("the two eval files score different numbers of seeds")
+    check_same_items(base, run)
     out = {}
     n_prompts, n_seeds = len(base["per_prompt"]), base["num_seeds"]
     for name, region in regions(validated_prompts, validated_seeds, n_prompts, n_seeds).items():
@@ -86,8 +91,7 @@ def train_prompts(base: dict, run: dict) -> dict:
     for doc in (base, run):
         if doc.get("split") != "train":
             raise ValueError(f"{doc['checkpoint']}: not an eval of the training prompts")
-    if [r["prompt"] for r in base["per_prompt"]] != [r["prompt"] for r in run["per_prompt"]]:
-        raise ValueError("the two training-prompt evals score different prompts")
+    check_same_items(base, run)
     b, r = region_mean(base, (0, None, 0, None)), region_mean(run, (0, None, 0, None))
     n_prompts = len(base["per_prompt"])
     seeds = [0, base["num_seeds"] - 1]
